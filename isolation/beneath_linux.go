@@ -1,0 +1,178 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// openat2Missing is set once the kernel has said it has no openat2, so the
+// fallback walk is taken without a failing syscall each time.
+var openat2Missing atomic.Bool
+
+// OpenRoot opens a trusted directory, such as the kubelet root, as an O_PATH
+// descriptor that later lookups are confined beneath. Symlinks in this path
+// are the operator's and are followed.
+func OpenRoot(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open root %q: %w", path, err)
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// OpenBeneath opens rel beneath the directory root without following any
+// symlink, without leaving root, and (with how.SameMount) without crossing a
+// mount point. A refusal wraps ErrUnsafePath.
+func OpenBeneath(root *os.File, rel string, how How) (*os.File, error) {
+	if err := checkRelative(rel); err != nil {
+		return nil, fmt.Errorf("open %q beneath %q: %w", rel, root.Name(), err)
+	}
+	fd, err := openBeneath(int(root.Fd()), rel, how)
+	if err != nil {
+		return nil, fmt.Errorf("open %q beneath %q: %w", rel, root.Name(), classify(err))
+	}
+	if how.Flags&unix.O_PATH != 0 {
+		// O_PATH|O_NOFOLLOW hands back the symlink itself rather than
+		// failing; a link is never what a caller asked for.
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			unix.Close(fd)
+			return nil, fmt.Errorf("open %q beneath %q: %w: the last component is a symlink", rel, root.Name(), ErrUnsafePath)
+		}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(root.Name(), rel)), nil
+}
+
+func openBeneath(dirfd int, rel string, how How) (int, error) {
+	if !openat2Missing.Load() {
+		fd, err := openat2(dirfd, rel, how)
+		if !errors.Is(err, unix.ENOSYS) {
+			return fd, err
+		}
+		openat2Missing.Store(true)
+	}
+	return walkBeneath(dirfd, rel, how)
+}
+
+func openat2(dirfd int, rel string, how How) (int, error) {
+	resolve := uint64(unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS)
+	if how.SameMount {
+		resolve |= unix.RESOLVE_NO_XDEV
+	}
+	oh := unix.OpenHow{
+		Flags:   uint64(how.Flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: resolve,
+	}
+	if how.Flags&unix.O_CREAT != 0 {
+		oh.Mode = uint64(how.Mode)
+	}
+	for {
+		fd, err := unix.Openat2(dirfd, rel, &oh)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			// EAGAIN: a rename or mount raced the lookup; the kernel asks
+			// for a retry rather than risking an escape.
+			continue
+		}
+		return fd, err
+	}
+}
+
+// walkBeneath is the fallback for kernels without openat2 (before 5.6): each
+// component is opened with O_NOFOLLOW relative to the previous one, so a
+// symlink anywhere fails with ELOOP (or ENOTDIR for an intermediate one).
+func walkBeneath(dirfd int, rel string, how How) (int, error) {
+	parts := strings.Split(rel, "/")
+	rootMnt, err := mountIDOf(dirfd)
+	if how.SameMount && err != nil {
+		return -1, err
+	}
+	cur := dirfd
+	closeCur := func() {
+		if cur != dirfd {
+			unix.Close(cur)
+		}
+	}
+	for i, name := range parts {
+		last := i == len(parts)-1
+		flags := unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		mode := uint32(0)
+		if last {
+			flags = how.Flags | unix.O_NOFOLLOW | unix.O_CLOEXEC
+			mode = how.Mode
+		}
+		next, err := unix.Openat(cur, name, flags, mode)
+		closeCur()
+		if err != nil {
+			return -1, err
+		}
+		cur = next
+		if how.SameMount {
+			id, err := mountIDOf(cur)
+			if err != nil {
+				closeCur()
+				return -1, err
+			}
+			if id != rootMnt {
+				closeCur()
+				return -1, unix.EXDEV
+			}
+		}
+	}
+	return cur, nil
+}
+
+func checkRelative(rel string) error {
+	if rel == "" || strings.HasPrefix(rel, "/") {
+		return fmt.Errorf("%w: not a relative path", ErrUnsafePath)
+	}
+	if strings.IndexByte(rel, 0) >= 0 {
+		return fmt.Errorf("%w: contains NUL", ErrUnsafePath)
+	}
+	for _, p := range strings.Split(rel, "/") {
+		if p == "" || p == "." || p == ".." {
+			return fmt.Errorf("%w: component %q", ErrUnsafePath, p)
+		}
+	}
+	return nil
+}
+
+// classify marks the errors by which the kernel refuses an unsafe lookup.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return fmt.Errorf("%w: a component is a symlink: %w", ErrUnsafePath, err)
+	case errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("%w: leaves its root or crosses a mount point: %w", ErrUnsafePath, err)
+	case errors.Is(err, unix.ENOTDIR):
+		return fmt.Errorf("%w: a parent is not a directory: %w", ErrUnsafePath, err)
+	}
+	return err
+}
+
+// MountID returns the id of the mount that f lives on, as in the first field
+// of mountinfo. For a mount point, that is the mount on top of it.
+func MountID(f *os.File) (uint64, error) {
+	id, err := mountIDOf(int(f.Fd()))
+	if err != nil {
+		return 0, fmt.Errorf("mount id of %q: %w", f.Name(), err)
+	}
+	return id, nil
+}
+
+func mountIDOf(fd int) (uint64, error) {
+	var stx unix.Statx_t
+	err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx)
+	if err != nil {
+		return 0, err
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return 0, fmt.Errorf("kernel did not report a mount id: %w", unix.ENOTSUP)
+	}
+	return stx.Mnt_id, nil
+}

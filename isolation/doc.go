@@ -1,0 +1,16 @@
+// Package isolation crosses into other namespaces and paths safely.
+//
+// Everything beneath a pod's directories, and everything inside a PVC, can be
+// shaped by a tenant: a symlink named disk.img, a parent directory swapped for
+// a link to /etc, a device node where a file should be. The agent therefore
+// never resolves such a path with plain open(2). It opens a trusted root once
+// (the kubelet root, given by the operator) and resolves every path beneath it
+// with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), or, on kernels without
+// openat2, a component-by-component O_NOFOLLOW walk. The resulting file
+// descriptor is what gets checked and then used, through /proc/self/fd/N or the
+// fd-based mount API, so nothing can be swapped between check and use.
+//
+// Mount-changing syscalls must run in the host's mount namespace, not in the
+// agent container's slave view. MountNamespace runs functions on an OS thread
+// that has joined that namespace.
+package isolation

@@ -1,0 +1,43 @@
+//go:build !linux
+
+package isolation
+
+import (
+	"fmt"
+	"os"
+)
+
+// OpenRoot is only supported on Linux.
+func OpenRoot(path string) (*os.File, error) {
+	return nil, fmt.Errorf("open root %q: %w", path, ErrUnsupported)
+}
+
+// OpenBeneath is only supported on Linux.
+func OpenBeneath(root *os.File, rel string, how How) (*os.File, error) {
+	return nil, fmt.Errorf("open %q: %w", rel, ErrUnsupported)
+}
+
+// FollowLinkBeneath is only supported on Linux.
+func FollowLinkBeneath(root *os.File, rootPath, rel string, how How) (*os.File, error) {
+	return nil, fmt.Errorf("follow %q: %w", rel, ErrUnsupported)
+}
+
+// MountID is only supported on Linux.
+func MountID(f *os.File) (uint64, error) { return 0, ErrUnsupported }
+
+// MountNamespace is only supported on Linux.
+type MountNamespace struct{}
+
+// OpenMountNamespace is only supported on Linux.
+func OpenMountNamespace(nsPath string) (*MountNamespace, error) {
+	return nil, fmt.Errorf("mount namespace %q: %w", nsPath, ErrUnsupported)
+}
+
+// Do is only supported on Linux.
+func (m *MountNamespace) Do(fn func() error) error { return ErrUnsupported }
+
+// Path is only supported on Linux.
+func (m *MountNamespace) Path() string { return "" }
+
+// Close is only supported on Linux.
+func (m *MountNamespace) Close() {}

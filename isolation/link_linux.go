@@ -1,0 +1,72 @@
+package isolation
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// FollowLinkBeneath reads the symlink at rel beneath root, which must be a
+// link the kubelet made (such as pods/<uid>/volumeDevices/<plugin>/<pv>), and
+// opens its target with how, provided the target is an absolute path inside
+// rootPath, the host path of root. The target is then resolved like any other
+// path beneath root: no further symlink is followed.
+func FollowLinkBeneath(root *os.File, rootPath, rel string, how How) (*os.File, error) {
+	dir, name := path.Split(rel)
+	parent := root
+	if dir != "" {
+		p, err := OpenBeneath(root, strings.TrimSuffix(dir, "/"), How{Flags: unix.O_PATH | unix.O_DIRECTORY})
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		parent = p
+	}
+	if err := checkRelative(name); err != nil {
+		return nil, fmt.Errorf("read link %q beneath %q: %w", rel, root.Name(), err)
+	}
+	target, err := readlinkat(int(parent.Fd()), name)
+	if err != nil {
+		return nil, fmt.Errorf("read link %q beneath %q: %w", rel, root.Name(), err)
+	}
+	inside, err := relativeInside(rootPath, target)
+	if err != nil {
+		return nil, fmt.Errorf("link %q beneath %q: %w", rel, root.Name(), err)
+	}
+	return OpenBeneath(root, inside, how)
+}
+
+// relativeInside returns target relative to root when target is an absolute,
+// clean path strictly below root.
+func relativeInside(root, target string) (string, error) {
+	if !filepath.IsAbs(target) {
+		return "", fmt.Errorf("%w: target %q is not absolute", ErrUnsafePath, target)
+	}
+	clean := filepath.Clean(target)
+	rel, err := filepath.Rel(filepath.Clean(root), clean)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%w: target %q is outside %q", ErrUnsafePath, target, root)
+	}
+	return rel, nil
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	for size := 256; size <= 1<<16; size *= 4 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			if err == unix.EINVAL {
+				return "", fmt.Errorf("not a symlink: %w", err)
+			}
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+	return "", fmt.Errorf("link target too long: %w", unix.ENAMETOOLONG)
+}
