@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need and this machine lacks. Safe to
+# run again: it only calls apt-get when a command is missing.
+set -euo pipefail
+
+need=()
+check() { command -v "$1" >/dev/null 2>&1 || need+=("$2"); }
+check mkfs.ext4 e2fsprogs
+check resize2fs e2fsprogs
+check mkfs.xfs xfsprogs
+check xfs_growfs xfsprogs
+check losetup mount
+check findmnt util-linux
+check unshare util-linux
+check nsenter util-linux
+check sha256sum coreutils
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
+fi
+
+command -v go >/dev/null 2>&1 || { echo "go is not installed (expected at /usr/local/go/bin)"; exit 1; }
+[ -e /dev/loop-control ] || { echo "/dev/loop-control is missing: loop devices are needed for the root tests"; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "the tests need root (real mounts, loop devices, cgroups)"; exit 1; }

@@ -1,0 +1,245 @@
+package blockdev
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/isolation"
+)
+
+// PublishedDevice finds the device that the kubelet published for pod
+// podUID's block volume pvName: pods/<uid>/volumeDevices/<plugin>/<pv> is a
+// kubelet-made symlink to the CSI publish path, a file with the device node
+// bind-mounted on it. The link is followed only while it stays inside the
+// kubelet root; nothing below it is followed.
+func (n *Nodes) PublishedDevice(podUID, pvName string) (Published, error) {
+	var p Published
+	if err := ValidName(podUID); err != nil {
+		return p, err
+	}
+	if err := ValidName(pvName); err != nil {
+		return p, err
+	}
+	err := n.NS.Do(func() error {
+		root, err := isolation.OpenRoot(n.KubeletRoot)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		dir := path.Join("pods", podUID, "volumeDevices")
+		plugins, err := listDir(root, dir)
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("pod %s volume %s: %w", podUID, pvName, ErrNotPublished)
+		}
+		if err != nil {
+			return err
+		}
+		for _, plugin := range plugins {
+			rel := path.Join(dir, plugin, pvName)
+			f, err := openPublished(root, n.KubeletRoot, rel)
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			p, err = statBlock(f)
+			return err
+		}
+		return fmt.Errorf("pod %s volume %s: %w", podUID, pvName, ErrNotPublished)
+	})
+	return p, err
+}
+
+func openPublished(root *os.File, rootPath, rel string) (*os.File, error) {
+	how := isolation.How{Flags: unix.O_PATH}
+	f, err := isolation.FollowLinkBeneath(root, rootPath, rel, how)
+	if errors.Is(err, unix.EINVAL) {
+		// Not a link: some plugins put the node itself here.
+		return isolation.OpenBeneath(root, rel, how)
+	}
+	return f, err
+}
+
+func statBlock(f *os.File) (Published, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return Published{}, fmt.Errorf("stat published device %q: %w", f.Name(), err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return Published{}, fmt.Errorf("published device %q: %w: not a block device (mode %o)", f.Name(), isolation.ErrUnsafePath, st.Mode)
+	}
+	d := Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+	return Published{Device: d, Perm: st.Mode & 0o777}, d.Validate()
+}
+
+// Ensure makes targetDir/name a block device node for p, owned by UID:GID.
+// A node for another device is replaced; a correct node is left alone with
+// no changing syscall. Anything else under that name is refused, not
+// removed: it is not ours.
+func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, error) {
+	if err := ValidName(name); err != nil {
+		return Unchanged, err
+	}
+	if err := p.Device.Validate(); err != nil {
+		return Unchanged, err
+	}
+	result := Unchanged
+	err := n.NS.Do(func() error {
+		dir, err := n.openDir(targetDir)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		dfd := int(dir.Fd())
+		var st unix.Stat_t
+		switch err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+		case errors.Is(err, unix.ENOENT):
+			result = Created
+		case err != nil:
+			return fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
+		case st.Mode&unix.S_IFMT != unix.S_IFBLK:
+			return fmt.Errorf("%q in %q: %w: exists and is not a block device (mode %o)", name, targetDir, isolation.ErrUnsafePath, st.Mode)
+		case unix.Major(st.Rdev) == p.Device.Major && unix.Minor(st.Rdev) == p.Device.Minor:
+			return n.fixOwner(dfd, targetDir, name, p, &st)
+		default:
+			if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("remove stale node %q in %q: %w", name, targetDir, err)
+			}
+			result = Replaced
+		}
+		dev := unix.Mkdev(p.Device.Major, p.Device.Minor)
+		if err := unix.Mknodat(dfd, name, unix.S_IFBLK|p.Perm, int(dev)); err != nil {
+			return fmt.Errorf("mknod %q in %q as %d:%d: %w", name, targetDir, p.Device.Major, p.Device.Minor, err)
+		}
+		return n.verifyAndOwn(dfd, targetDir, name, p)
+	})
+	return result, err
+}
+
+// verifyAndOwn re-opens the new node without following links and checks it
+// is the device just made before changing its owner through that fd, so a
+// name swapped meanwhile is never chowned.
+func (n *Nodes) verifyAndOwn(dfd int, targetDir, name string, p Published) error {
+	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open new node %q in %q: %w", name, targetDir, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat new node %q in %q: %w", name, targetDir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != p.Device.Major || unix.Minor(st.Rdev) != p.Device.Minor {
+		return fmt.Errorf("node %q in %q changed under us: %w", name, targetDir, isolation.ErrUnsafePath)
+	}
+	if err := unix.Fchownat(fd, "", n.UID, n.GID, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("chown node %q in %q: %w", name, targetDir, err)
+	}
+	return nil
+}
+
+func (n *Nodes) fixOwner(dfd int, targetDir, name string, p Published, st *unix.Stat_t) error {
+	if int(st.Uid) == n.UID && int(st.Gid) == n.GID {
+		return nil
+	}
+	return n.verifyAndOwn(dfd, targetDir, name, p)
+}
+
+// Remove unlinks the block node targetDir/name and returns the device it
+// pointed at. A missing node or directory is success.
+func (n *Nodes) Remove(targetDir, name string) (Result, Device, error) {
+	if err := ValidName(name); err != nil {
+		return Unchanged, Device{}, err
+	}
+	result, dev := Unchanged, Device{}
+	err := n.NS.Do(func() error {
+		dir, err := n.openDir(targetDir)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		var st unix.Stat_t
+		err = unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+			return fmt.Errorf("%q in %q: %w: not a block device, not removing it", name, targetDir, isolation.ErrUnsafePath)
+		}
+		if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove node %q in %q: %w", name, targetDir, err)
+		}
+		result, dev = Removed, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+		return nil
+	})
+	return result, dev, err
+}
+
+// Observe lists the block device nodes in targetDir. A missing directory
+// has none.
+func (n *Nodes) Observe(targetDir string) ([]Node, error) {
+	var nodes []Node
+	err := n.NS.Do(func() error {
+		dir, err := n.openDir(targetDir)
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		names, err := listFD(dir)
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			var st unix.Stat_t
+			if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue // removed while listing
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+				nodes = append(nodes, Node{Name: name, Device: Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}})
+			}
+		}
+		return nil
+	})
+	return nodes, err
+}
+
+func (n *Nodes) openDir(rel string) (*os.File, error) {
+	root, err := isolation.OpenRoot(n.KubeletRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+}
+
+func listDir(root *os.File, rel string) ([]string, error) {
+	dir, err := isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return listFD(dir)
+}
+
+func listFD(dir *os.File) ([]string, error) {
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", dir.Name(), err)
+	}
+	return names, nil
+}

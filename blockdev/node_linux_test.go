@@ -1,0 +1,198 @@
+package blockdev
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/internal/testutil"
+	"github.com/hpmount/hpmount/isolation"
+)
+
+const (
+	hpPod      = "11111111-hp"
+	launcher   = "22222222-launcher"
+	pvName     = "pvc-block-1"
+	targetRel  = "pods/" + launcher + "/volumes/kubernetes.io~empty-dir/hotplug-disks"
+	devicesRel = "pods/" + hpPod + "/volumeDevices/kubernetes.io~csi"
+)
+
+// nodeFixture is a kubelet root with one block volume published for the
+// attachment pod, as the kubelet and a CSI driver leave it.
+type nodeFixture struct {
+	root  string
+	loop  *testutil.Loop
+	nodes *Nodes
+}
+
+func newNodeFixture(t *testing.T) *nodeFixture {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	root := t.TempDir()
+	testutil.MakeShared(t, root)
+	f := &nodeFixture{root: root, loop: testutil.NewLoop(t, 16<<20)}
+	for _, d := range []string{targetRel, devicesRel} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.publish(t, f.loop.Device)
+	ns, err := isolation.OpenMountNamespace("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	f.nodes = &Nodes{NS: ns, KubeletRoot: root, UID: 107, GID: 107}
+	return f
+}
+
+// publish does what the CSI driver and kubelet do: bind the device node onto
+// a file at the publish path and link the pod's volumeDevices entry to it.
+func (f *nodeFixture) publish(t *testing.T, device string) {
+	t.Helper()
+	pub := filepath.Join(f.root, "plugins/kubernetes.io/csi/volumeDevices/publish", pvName, hpPod)
+	if err := os.MkdirAll(filepath.Dir(pub), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	_ = unix.Unmount(pub, unix.MNT_DETACH)
+	if err := os.WriteFile(pub, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(device, pub, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s on %q: %v", device, pub, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(pub, unix.MNT_DETACH) })
+	link := filepath.Join(f.root, devicesRel, pvName)
+	_ = os.Remove(link)
+	if err := os.Symlink(pub, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNodeLifecycle(t *testing.T) {
+	f := newNodeFixture(t)
+	l := testutil.StartLauncher(t)
+	p, err := f.nodes.PublishedDevice(hpPod, pvName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Device.Major != 7 {
+		t.Fatalf("published device %v is not a loop device", p.Device)
+	}
+	for i, want := range []Result{Created, Unchanged} {
+		got, err := f.nodes.Ensure(targetRel, "vol", p)
+		if err != nil || got != want {
+			t.Fatalf("ensure #%d = %s, %v; want %s", i+1, got, err, want)
+		}
+	}
+	node := filepath.Join(f.root, targetRel, "vol")
+	var st unix.Stat_t
+	if err := unix.Stat(node, &st); err != nil || st.Uid != 107 || st.Gid != 107 || st.Mode&0o777 != p.Perm {
+		t.Fatalf("node stat %+v %v", st, err)
+	}
+	// The launcher writes through its own view of the node; the data is on
+	// the device.
+	l.Exec(t, "printf hpmount-block | dd of="+node+" conv=notrunc status=none")
+	got := testutil.Run(t, "dd", "if="+f.loop.Device, "bs=13", "count=1", "status=none")
+	if got != "hpmount-block" {
+		t.Fatalf("device holds %q", got)
+	}
+	nodes, err := f.nodes.Observe(targetRel)
+	if err != nil || len(nodes) != 1 || nodes[0].Device != p.Device {
+		t.Fatalf("observe = %+v, %v", nodes, err)
+	}
+
+	// Re-published on another device (a new minor): the node follows.
+	other := testutil.NewLoop(t, 16<<20)
+	f.publish(t, other.Device)
+	p2, err := f.nodes.PublishedDevice(hpPod, pvName)
+	if err != nil || p2.Device == p.Device {
+		t.Fatalf("re-published device %v, %v", p2.Device, err)
+	}
+	if got, err := f.nodes.Ensure(targetRel, "vol", p2); err != nil || got != Replaced {
+		t.Fatalf("ensure after re-publish = %s, %v", got, err)
+	}
+	if err := unix.Stat(node, &st); err != nil || unix.Minor(st.Rdev) != p2.Device.Minor {
+		t.Fatalf("node points at %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+
+	for i, want := range []Result{Removed, Unchanged} {
+		got, dev, err := f.nodes.Remove(targetRel, "vol")
+		if err != nil || got != want {
+			t.Fatalf("remove #%d = %s, %v", i+1, got, err)
+		}
+		if want == Removed && dev != p2.Device {
+			t.Fatalf("removed node was %v", dev)
+		}
+	}
+}
+
+func TestNodeRefusals(t *testing.T) {
+	f := newNodeFixture(t)
+	p, err := f.nodes.PublishedDevice(hpPod, pvName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.WriteFile(outside, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(f.root, targetRel)
+	t.Run("existing symlink is not replaced", func(t *testing.T) {
+		if err := os.Symlink(outside, filepath.Join(target, "trap")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.nodes.Ensure(targetRel, "trap", p); !errors.Is(err, isolation.ErrUnsafePath) {
+			t.Fatalf("got %v", err)
+		}
+		if _, _, err := f.nodes.Remove(targetRel, "trap"); !errors.Is(err, isolation.ErrUnsafePath) {
+			t.Fatalf("remove got %v", err)
+		}
+		if _, err := os.Lstat(filepath.Join(target, "trap")); err != nil {
+			t.Fatal("the tenant's entry was removed")
+		}
+	})
+	for _, name := range []string{"a/b", "..", ".", "", "x\x00y", strings.Repeat("n", 201)} {
+		t.Run("name "+name, func(t *testing.T) {
+			if _, err := f.nodes.Ensure(targetRel, name, p); !errors.Is(err, isolation.ErrUnsafePath) {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+	t.Run("target dir is a symlink", func(t *testing.T) {
+		linked := "pods/" + launcher + "/volumes/kubernetes.io~empty-dir/linked"
+		if err := os.Symlink(t.TempDir(), filepath.Join(f.root, linked)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.nodes.Ensure(linked, "vol", p); !errors.Is(err, isolation.ErrUnsafePath) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	for name, link := range map[string]string{
+		"pv-outside": outside,
+		"pv-regular": filepath.Join(f.root, "pods", hpPod, "plain"),
+		"pv-via-up":  filepath.Join(f.root, "pods", "..", "..", filepath.Base(outside)),
+	} {
+		t.Run("published "+name, func(t *testing.T) {
+			_ = os.WriteFile(filepath.Join(f.root, "pods", hpPod, "plain"), nil, 0o600)
+			if err := os.Symlink(link, filepath.Join(f.root, devicesRel, name)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.nodes.PublishedDevice(hpPod, name); !errors.Is(err, isolation.ErrUnsafePath) {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+	t.Run("not published", func(t *testing.T) {
+		if _, err := f.nodes.PublishedDevice(hpPod, "pvc-none"); !errors.Is(err, ErrNotPublished) {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := f.nodes.PublishedDevice("33333333-gone", pvName); !errors.Is(err, ErrNotPublished) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}

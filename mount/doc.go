@@ -1,0 +1,10 @@
+// Package mount owns filesystem-mode hotplug volumes: validating a PVC's
+// disk.img, bind-mounting it onto <volume>.img in the launcher's
+// hotplug-disks directory and unmounting it, and the mount table those
+// decisions are made from.
+//
+// The kernel's mountinfo is the only record of what is mounted. One scan
+// (Table) serves a whole batch of volumes: it answers whether a target is
+// mounted, from which device and root, whether mounts are stacked on it, and
+// whether the mounted file's source is gone.
+package mount

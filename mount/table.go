@@ -1,0 +1,283 @@
+package mount
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Info is one line of /proc/<pid>/mountinfo (see proc(5)).
+type Info struct {
+	ID, Parent   int
+	Major, Minor uint32
+	// Root is the path inside the filesystem that is mounted here: "/" for a
+	// whole filesystem, "/disk.img" for a file bind of a PVC's image.
+	Root       string
+	MountPoint string
+	Options    string
+	// Shared and Master are the peer group ids from the optional fields
+	// (shared:N, master:N); 0 when absent.
+	Shared, Master int
+	Unbindable     bool
+	FSType         string
+	Source         string
+	SuperOptions   string
+}
+
+// Dev returns the mount's device as "MAJ:MIN", as findmnt prints it.
+func (i *Info) Dev() string { return fmt.Sprintf("%d:%d", i.Major, i.Minor) }
+
+// Propagation names the mount's propagation as findmnt does: "shared",
+// "private", "slave", "shared,slave" or "unbindable".
+func (i *Info) Propagation() string {
+	switch {
+	case i.Unbindable:
+		return "unbindable"
+	case i.Shared != 0 && i.Master != 0:
+		return "shared,slave"
+	case i.Shared != 0:
+		return "shared"
+	case i.Master != 0:
+		return "slave"
+	}
+	return "private"
+}
+
+// Deleted reports whether the mounted root was unlinked after the mount:
+// the kernel appends "//deleted" to the root of such a mount.
+func (i *Info) Deleted() bool { return strings.HasSuffix(i.Root, "//deleted") }
+
+// Parse reads mountinfo text. Lines are decoded as the kernel escapes them
+// (octal \040 for space, \011 tab, \012 newline, \134 backslash).
+func Parse(r io.Reader) ([]Info, error) {
+	var out []Info
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		info, err := parseLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("mountinfo line %d: %w", n, err)
+		}
+		out = append(out, info)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	return out, nil
+}
+
+func parseLine(line []byte) (Info, error) {
+	var i Info
+	f := strings.Fields(string(line))
+	if len(f) < 10 {
+		return i, fmt.Errorf("%d fields, want at least 10: %q", len(f), line)
+	}
+	sep := -1
+	for k := 6; k < len(f); k++ {
+		if f[k] == "-" {
+			sep = k
+			break
+		}
+	}
+	if sep < 0 || len(f) < sep+4 {
+		return i, fmt.Errorf("no optional-fields separator: %q", line)
+	}
+	var err error
+	if i.ID, err = strconv.Atoi(f[0]); err != nil {
+		return i, fmt.Errorf("mount id %q: %w", f[0], err)
+	}
+	if i.Parent, err = strconv.Atoi(f[1]); err != nil {
+		return i, fmt.Errorf("parent id %q: %w", f[1], err)
+	}
+	maj, min, ok := strings.Cut(f[2], ":")
+	ma, err1 := strconv.ParseUint(maj, 10, 32)
+	mi, err2 := strconv.ParseUint(min, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return i, fmt.Errorf("device %q is not MAJ:MIN", f[2])
+	}
+	i.Major, i.Minor = uint32(ma), uint32(mi)
+	i.Root, i.MountPoint, i.Options = unescape(f[3]), unescape(f[4]), f[5]
+	for _, opt := range f[6:sep] {
+		tag, val, _ := strings.Cut(opt, ":")
+		switch tag {
+		case "shared":
+			i.Shared, _ = strconv.Atoi(val)
+		case "master":
+			i.Master, _ = strconv.Atoi(val)
+		case "unbindable":
+			i.Unbindable = true
+		}
+	}
+	i.FSType, i.Source = unescape(f[sep+1]), unescape(f[sep+2])
+	i.SuperOptions = f[sep+3]
+	return i, nil
+}
+
+// unescape decodes the kernel's octal escapes; anything malformed is kept
+// as it is rather than guessed at.
+func unescape(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
+	var b strings.Builder
+	for k := 0; k < len(s); k++ {
+		if s[k] == '\\' && k+3 < len(s) && isOctal(s[k+1:k+4]) {
+			v, _ := strconv.ParseUint(s[k+1:k+4], 8, 8)
+			b.WriteByte(byte(v))
+			k += 3
+			continue
+		}
+		b.WriteByte(s[k])
+	}
+	return b.String()
+}
+
+func isOctal(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for k := 0; k < 3; k++ {
+		if s[k] < '0' || s[k] > '7' {
+			return false
+		}
+	}
+	return true
+}
+
+// Table is one scan of a mount table, indexed for the questions a
+// reconcile asks. It is read once per batch and not changed afterwards.
+type Table struct {
+	mounts  []Info
+	byID    map[int]*Info
+	byPoint map[string][]*Info
+	byDev   map[[2]uint32][]*Info
+}
+
+// NewTable indexes mounts.
+func NewTable(mounts []Info) *Table {
+	t := &Table{
+		mounts:  mounts,
+		byID:    make(map[int]*Info, len(mounts)),
+		byPoint: make(map[string][]*Info, len(mounts)),
+		byDev:   make(map[[2]uint32][]*Info),
+	}
+	for k := range t.mounts {
+		m := &t.mounts[k]
+		t.byID[m.ID] = m
+		t.byPoint[m.MountPoint] = append(t.byPoint[m.MountPoint], m)
+		key := [2]uint32{m.Major, m.Minor}
+		t.byDev[key] = append(t.byDev[key], m)
+	}
+	for p, stack := range t.byPoint {
+		t.byPoint[p] = orderStack(stack)
+	}
+	return t
+}
+
+// orderStack sorts the mounts on one mount point bottom to top: each mount
+// stacked on a point has the one below it as its parent.
+func orderStack(stack []*Info) []*Info {
+	if len(stack) < 2 {
+		return stack
+	}
+	ids := make(map[int]bool, len(stack))
+	for _, m := range stack {
+		ids[m.ID] = true
+	}
+	var bottom *Info
+	above := make(map[int]*Info, len(stack))
+	for _, m := range stack {
+		if ids[m.Parent] {
+			above[m.Parent] = m
+		} else if bottom == nil {
+			bottom = m
+		}
+	}
+	if bottom == nil {
+		return stack
+	}
+	ordered := []*Info{bottom}
+	for cur := bottom; len(ordered) < len(stack); {
+		next, ok := above[cur.ID]
+		if !ok {
+			break
+		}
+		ordered = append(ordered, next)
+		cur = next
+	}
+	if len(ordered) != len(stack) {
+		// Siblings on one point (not a stack) keep the kernel's order.
+		return stack
+	}
+	return ordered
+}
+
+// ReadTable parses the mountinfo file at path, e.g. /proc/1/mountinfo.
+func ReadTable(path string) (*Table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open mount table %q: %w", path, err)
+	}
+	defer f.Close()
+	mounts, err := Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("parse mount table %q: %w", path, err)
+	}
+	return NewTable(mounts), nil
+}
+
+// Len is the number of mounts read.
+func (t *Table) Len() int { return len(t.mounts) }
+
+// Mounts returns every mount in kernel order. Callers must not modify it.
+func (t *Table) Mounts() []Info { return t.mounts }
+
+// ByID returns the mount with the given id, or nil.
+func (t *Table) ByID(id int) *Info { return t.byID[id] }
+
+// At returns the mounts on mountPoint, bottom first; the last one is what a
+// lookup of the path reaches. More than one means mounts are stacked.
+func (t *Table) At(mountPoint string) []*Info { return t.byPoint[mountPoint] }
+
+// Top returns the mount a lookup of mountPoint reaches and how many mounts
+// are stacked there, or nil, 0.
+func (t *Table) Top(mountPoint string) (*Info, int) {
+	s := t.byPoint[mountPoint]
+	if len(s) == 0 {
+		return nil, 0
+	}
+	return s[len(s)-1], len(s)
+}
+
+// ByDevice returns every mount of the filesystem on major:minor: its own
+// mount, CSI staging and publish mounts, and file binds of its disk.img.
+func (t *Table) ByDevice(major, minor uint32) []*Info {
+	return t.byDev[[2]uint32{major, minor}]
+}
+
+// Containing returns the mount whose mount point is the longest prefix of
+// path, i.e. the mount path lives on, ignoring stacking order below the top.
+func (t *Table) Containing(path string) *Info {
+	for p := path; ; {
+		if top, _ := t.Top(p); top != nil {
+			return top
+		}
+		if p == "/" || p == "" {
+			return nil
+		}
+		k := strings.LastIndexByte(p, '/')
+		if k <= 0 {
+			p = "/"
+		} else {
+			p = p[:k]
+		}
+	}
+}
