@@ -1,0 +1,183 @@
+package blockdev
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Bounds of the cgroup tree walks. Kubelet's pod cgroups sit at most a few
+// levels below the hierarchy root (kubepods/burstable/pod<uid>, or
+// kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice
+// below an optional --cgroup-root); containers are one level below the pod.
+const (
+	maxPodSearchDepth = 6     // levels below root searched for the pod cgroup
+	maxSubtreeDepth   = 8     // levels below the pod cgroup that are walked
+	maxVisitedDirs    = 50000 // directories read by one search
+	maxPodUIDLen      = 128
+)
+
+// ErrPodCgroupNotFound is wrapped when no cgroup of a pod exists under a root.
+var ErrPodCgroupNotFound = errors.New("pod cgroup not found")
+
+// PodCgroups is the cgroup of one pod and every cgroup below it.
+type PodCgroups struct {
+	Root   string // where the search started
+	PodUID string
+	Pod    string // pod-level cgroup directory
+	// Descendants are the cgroups below Pod (containers and anything they
+	// created), parents before children.
+	Descendants []string
+}
+
+// TopDown returns Pod followed by Descendants, parents before children.
+func (p *PodCgroups) TopDown() []string {
+	return append([]string{p.Pod}, p.Descendants...)
+}
+
+// BottomUp returns the reverse of TopDown: children before parents.
+func (p *PodCgroups) BottomUp() []string {
+	all := p.TopDown()
+	for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {
+		all[i], all[j] = all[j], all[i]
+	}
+	return all
+}
+
+// FindPodCgroups finds the cgroup of the pod with podUID under root, named as
+// the kubelet names it with the cgroupfs driver (pod<uid>) or the systemd
+// driver ([<parent>-]kubepods[-<qos>]-pod<uid with _ for ->.slice), and every cgroup
+// below it. The walks are bounded in depth and never follow symlinks.
+func FindPodCgroups(root, podUID string) (*PodCgroups, error) {
+	if err := validatePodUID(podUID); err != nil {
+		return nil, err
+	}
+	pod, err := findPodDir(root, podUID)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := walkSubtree(pod)
+	if err != nil {
+		return nil, err
+	}
+	return &PodCgroups{Root: root, PodUID: podUID, Pod: pod, Descendants: desc}, nil
+}
+
+func validatePodUID(uid string) error {
+	if uid == "" || len(uid) > maxPodUIDLen {
+		return fmt.Errorf("pod UID %q: must be 1 to %d characters", uid, maxPodUIDLen)
+	}
+	for _, r := range uid {
+		ok := r == '-' || r == '_' || ('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z')
+		if !ok {
+			return fmt.Errorf("pod UID %q: only letters, digits, '-' and '_' are allowed", uid)
+		}
+	}
+	return nil
+}
+
+// isPodCgroupName reports whether a directory name is the kubelet's cgroup
+// of the pod with uid.
+func isPodCgroupName(name, uid string) bool {
+	if name == "pod"+uid {
+		return true // cgroupfs driver
+	}
+	// systemd driver: kubepods-pod<uid>.slice, kubepods-burstable-pod<uid>.slice,
+	// kubepods-besteffort-pod<uid>.slice, with '-' escaped as '_' in the uid;
+	// below a --cgroup-root slice the parents' names are prefixed, e.g.
+	// kubelet-kubepods-pod<uid>.slice.
+	escaped := strings.ReplaceAll(uid, "-", "_")
+	return strings.Contains(name, "kubepods") && strings.HasSuffix(name, "-pod"+escaped+".slice")
+}
+
+type queued struct {
+	path  string
+	depth int
+}
+
+func findPodDir(root, uid string) (string, error) {
+	var found []string
+	visited := 0
+	queue := []queued{{root, 0}}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		subdirs, err := readSubdirs(cur.path)
+		if err != nil {
+			if cur.path != root && errors.Is(err, fs.ErrNotExist) {
+				continue // removed while we walked
+			}
+			return "", fmt.Errorf("search cgroup of pod %q: %w", uid, err)
+		}
+		if visited++; visited > maxVisitedDirs {
+			return "", fmt.Errorf("search cgroup of pod %q under %q: more than %d directories", uid, root, maxVisitedDirs)
+		}
+		for _, name := range subdirs {
+			p := filepath.Join(cur.path, name)
+			if isPodCgroupName(name, uid) {
+				found = append(found, p)
+				continue
+			}
+			if cur.depth+1 < maxPodSearchDepth {
+				queue = append(queue, queued{p, cur.depth + 1})
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no cgroup named pod%s or *kubepods*-pod%s.slice within %d levels of %q: %w",
+			uid, strings.ReplaceAll(uid, "-", "_"), maxPodSearchDepth, root, ErrPodCgroupNotFound)
+	case 1:
+		return found[0], nil
+	default:
+		return "", fmt.Errorf("pod %q has %d cgroups under %q: %q", uid, len(found), root, found)
+	}
+}
+
+func walkSubtree(pod string) ([]string, error) {
+	var out []string
+	queue := []queued{{pod, 0}}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		subdirs, err := readSubdirs(cur.path)
+		if err != nil {
+			if cur.path != pod && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("walk pod cgroup: %w", err)
+		}
+		if len(subdirs) > 0 && cur.depth >= maxSubtreeDepth {
+			return nil, fmt.Errorf("pod cgroup %q: %q has cgroups deeper than %d levels", pod, cur.path, maxSubtreeDepth)
+		}
+		if len(out)+len(subdirs) > maxVisitedDirs {
+			return nil, fmt.Errorf("pod cgroup %q: more than %d descendants", pod, maxVisitedDirs)
+		}
+		for _, name := range subdirs {
+			p := filepath.Join(cur.path, name)
+			out = append(out, p)
+			queue = append(queue, queued{p, cur.depth + 1})
+		}
+	}
+	return out, nil
+}
+
+// readSubdirs lists the directories in dir, sorted by name. Symlinks and
+// other non-directories are skipped: the entry type comes from getdents and
+// is never resolved.
+func readSubdirs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read cgroup directory %q: %w", dir, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Type()&fs.ModeType == fs.ModeDir {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,39 @@
+//go:build !linux
+
+package blockdev
+
+import (
+	"errors"
+	"fmt"
+)
+
+func unsupported(what string) error {
+	return fmt.Errorf("%s: device cgroups: %w", what, errors.ErrUnsupported)
+}
+
+// Allow is not supported on this operating system.
+func (v *V1) Allow(podUID string, dev Device) error { return unsupported("allow " + dev.String()) }
+
+// Deny is not supported on this operating system.
+func (v *V1) Deny(podUID string, dev Device) error { return unsupported("deny " + dev.String()) }
+
+// Allowed is not supported on this operating system.
+func (v *V1) Allowed(podUID string, dev Device) (bool, error) {
+	return false, unsupported("check " + dev.String())
+}
+
+// Allow is not supported on this operating system.
+func (v *V2) Allow(podUID string, dev Device) error { return unsupported("allow " + dev.String()) }
+
+// Deny is not supported on this operating system.
+func (v *V2) Deny(podUID string, dev Device) error { return unsupported("deny " + dev.String()) }
+
+// Allowed is not supported on this operating system.
+func (v *V2) Allowed(podUID string, dev Device) (bool, error) {
+	return false, unsupported("check " + dev.String())
+}
+
+// AttachedDevicePrograms is not supported on this operating system.
+func AttachedDevicePrograms(dir string) ([]DeviceProgram, error) {
+	return nil, unsupported(fmt.Sprintf("list device programs of %q", dir))
+}

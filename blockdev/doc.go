@@ -1,0 +1,15 @@
+// Package blockdev owns block-mode hotplug volumes on the node: the
+// major:minor of the device the CSI driver published for the attachment pod,
+// mknod, verification and unlink of the device node in the launcher's
+// hotplug-disks directory, the device's size, and the device-cgroup rules
+// that let the launcher's processes open the device (cgroup v1 devices
+// controller and cgroup v2 BPF_PROG_TYPE_CGROUP_DEVICE programs).
+//
+// Device-cgroup rules are only ever added for one block device and removed
+// again by the same package: on cgroup v1 through devices.allow/devices.deny,
+// on cgroup v2 by wrapping the container runtime's own device program in a
+// recognisable prefix (see WrapDeviceProgram) whose rules can be parsed back,
+// edited and removed, leaving the runtime's program body intact. The package
+// refuses to touch device programs it cannot reload unchanged (programs using
+// maps or calls), and it never follows symlinks while walking a cgroup tree.
+package blockdev
