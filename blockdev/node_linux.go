@@ -79,17 +79,18 @@ func statBlock(f *os.File) (Published, error) {
 }
 
 // Ensure makes targetDir/name a block device node for p, owned by UID:GID.
-// A node for another device is replaced; a correct node is left alone with
-// no changing syscall. Anything else under that name is refused, not
-// removed: it is not ours.
-func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, error) {
+// A node for another device is replaced, and that device is returned so its
+// cgroup rule can be dropped; a correct node is left alone with no changing
+// syscall. Anything else under that name is refused, not removed: it is not
+// ours.
+func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, Device, error) {
 	if err := ValidName(name); err != nil {
-		return Unchanged, err
+		return Unchanged, Device{}, err
 	}
 	if err := p.Device.Validate(); err != nil {
-		return Unchanged, err
+		return Unchanged, Device{}, err
 	}
-	result := Unchanged
+	result, old := Unchanged, Device{}
 	err := n.NS.Do(func() error {
 		dir, err := n.openDir(targetDir)
 		if err != nil {
@@ -111,7 +112,7 @@ func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, error) {
 			if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("remove stale node %q in %q: %w", name, targetDir, err)
 			}
-			result = Replaced
+			result, old = Replaced, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
 		}
 		dev := unix.Mkdev(p.Device.Major, p.Device.Minor)
 		if err := unix.Mknodat(dfd, name, unix.S_IFBLK|p.Perm, int(dev)); err != nil {
@@ -119,7 +120,7 @@ func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, error) {
 		}
 		return n.verifyAndOwn(dfd, targetDir, name, p)
 	})
-	return result, err
+	return result, old, err
 }
 
 // verifyAndOwn re-opens the new node without following links and checks it

@@ -84,7 +84,7 @@ func TestNodeLifecycle(t *testing.T) {
 		t.Fatalf("published device %v is not a loop device", p.Device)
 	}
 	for i, want := range []Result{Created, Unchanged} {
-		got, err := f.nodes.Ensure(targetRel, "vol", p)
+		got, _, err := f.nodes.Ensure(targetRel, "vol", p)
 		if err != nil || got != want {
 			t.Fatalf("ensure #%d = %s, %v; want %s", i+1, got, err, want)
 		}
@@ -113,8 +113,8 @@ func TestNodeLifecycle(t *testing.T) {
 	if err != nil || p2.Device == p.Device {
 		t.Fatalf("re-published device %v, %v", p2.Device, err)
 	}
-	if got, err := f.nodes.Ensure(targetRel, "vol", p2); err != nil || got != Replaced {
-		t.Fatalf("ensure after re-publish = %s, %v", got, err)
+	if got, old, err := f.nodes.Ensure(targetRel, "vol", p2); err != nil || got != Replaced || old != p.Device {
+		t.Fatalf("ensure after re-publish = %s, %v (old %v)", got, err, old)
 	}
 	if err := unix.Stat(node, &st); err != nil || unix.Minor(st.Rdev) != p2.Device.Minor {
 		t.Fatalf("node points at %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
@@ -146,7 +146,7 @@ func TestNodeRefusals(t *testing.T) {
 		if err := os.Symlink(outside, filepath.Join(target, "trap")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.nodes.Ensure(targetRel, "trap", p); !errors.Is(err, isolation.ErrUnsafePath) {
+		if err := ensureErr(f.nodes, targetRel, "trap", p); !errors.Is(err, isolation.ErrUnsafePath) {
 			t.Fatalf("got %v", err)
 		}
 		if _, _, err := f.nodes.Remove(targetRel, "trap"); !errors.Is(err, isolation.ErrUnsafePath) {
@@ -158,7 +158,7 @@ func TestNodeRefusals(t *testing.T) {
 	})
 	for _, name := range []string{"a/b", "..", ".", "", "x\x00y", strings.Repeat("n", 201)} {
 		t.Run("name "+name, func(t *testing.T) {
-			if _, err := f.nodes.Ensure(targetRel, name, p); !errors.Is(err, isolation.ErrUnsafePath) {
+			if err := ensureErr(f.nodes, targetRel, name, p); !errors.Is(err, isolation.ErrUnsafePath) {
 				t.Fatalf("got %v", err)
 			}
 		})
@@ -168,7 +168,7 @@ func TestNodeRefusals(t *testing.T) {
 		if err := os.Symlink(t.TempDir(), filepath.Join(f.root, linked)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.nodes.Ensure(linked, "vol", p); !errors.Is(err, isolation.ErrUnsafePath) {
+		if err := ensureErr(f.nodes, linked, "vol", p); !errors.Is(err, isolation.ErrUnsafePath) {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -195,4 +195,9 @@ func TestNodeRefusals(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+func ensureErr(n *Nodes, dir, name string, p Published) error {
+	_, _, err := n.Ensure(dir, name, p)
+	return err
 }

@@ -14,8 +14,8 @@ func (n *Nodes) PublishedDevice(podUID, pvName string) (Published, error) {
 }
 
 // Ensure is only supported on Linux.
-func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, error) {
-	return Unchanged, fmt.Errorf("node %q: %w", name, isolation.ErrUnsupported)
+func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, Device, error) {
+	return Unchanged, Device{}, fmt.Errorf("node %q: %w", name, isolation.ErrUnsupported)
 }
 
 // Remove is only supported on Linux.

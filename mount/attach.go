@@ -1,0 +1,178 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hpmount/hpmount/isolation"
+)
+
+// Filesystem-mode attach: the file disk.img that the kubelet published for the
+// attachment pod is bind-mounted onto <name>.img in the launcher's
+// hotplug-disks emptyDir, in the host mount namespace. Every path is resolved
+// beneath the kubelet root with symlinks refused and then used only through
+// its file descriptor. The calls are idempotent: the kernel's mount table (a
+// Table read once per batch) and the fds decide what is there, and a target
+// that already carries the right mount is left alone without a syscall that
+// changes anything.
+
+// DefaultQEMUID is the uid and gid QEMU runs as in virt-launcher; the mounted
+// file is given to it.
+const DefaultQEMUID = 107
+
+// MaxVolumeNameLen bounds a volume name: <name>.img must stay a short,
+// single path component.
+const MaxVolumeNameLen = 200
+
+// ErrNotPublished is wrapped by FindPublished when the kubelet has not (or no
+// longer) published the volume for the pod.
+var ErrNotPublished = errors.New("volume not published for the pod")
+
+// Attacher bind-mounts filesystem-mode volumes into launcher pods.
+type Attacher struct {
+	// NS is the host mount namespace; every step runs inside it. nil runs
+	// in the caller's own namespace (tests, or an agent already there).
+	NS *isolation.MountNamespace
+	// KubeletRoot is the kubelet root directory as the host sees it:
+	// absolute, with symlinks already resolved, since mount points in the
+	// host's mountinfo are spelled that way.
+	KubeletRoot string
+	// UID and GID own the mounted file; 0 means DefaultQEMUID.
+	UID, GID int
+	// SysRoot is sysfs, for checking that a mount's block device still
+	// exists; "" means "/sys".
+	SysRoot string
+}
+
+// Result says what an Attach or Detach changed.
+type Result string
+
+const (
+	// Unchanged: the target already was as asked; nothing was mounted,
+	// unmounted, created or removed.
+	Unchanged Result = "Unchanged"
+	// Mounted: the source was bind-mounted onto a target that had no mount.
+	Mounted Result = "Mounted"
+	// Replaced: mounts from a wrong or dead source, or a stack of mounts,
+	// were unmounted and the source was mounted again.
+	Replaced Result = "Replaced"
+	// Removed: the target's mounts were unmounted and the file unlinked.
+	Removed Result = "Removed"
+)
+
+// Observed is one <name>.img found in a hotplug-disks directory.
+type Observed struct {
+	// Name is the volume name: the file name without ".img".
+	Name string
+	// Mounted reports whether anything is mounted on the file.
+	Mounted bool
+	// Stacked reports more than one mount on the file, which the agent
+	// never makes and Attach peels down to one.
+	Stacked bool
+	// Depth is the number of mounts on the file (0 when not mounted).
+	Depth int
+	// MountID is the id of the top mount, 0 when not mounted.
+	MountID int
+	// Dev is the top mount's device "MAJ:MIN", Root the path inside that
+	// filesystem that is mounted (e.g. "/disk.img"); empty when not
+	// mounted. Root is empty too when the mount is newer than the Table.
+	Dev, Root string
+	// SourceGone reports that the mounted file was deleted from its
+	// filesystem or that the mount's block device no longer exists.
+	SourceGone bool
+}
+
+// TargetName is the file name of volume name's target in hotplug-disks.
+func TargetName(name string) string { return name + ".img" }
+
+// checkComponent validates s as one path component that a tenant or the API
+// may have shaped: non-empty, not "." or "..", no "/" or NUL, at most max
+// bytes. A refusal wraps isolation.ErrUnsafePath.
+func checkComponent(what, s string, max int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%s is empty: %w", what, isolation.ErrUnsafePath)
+	case s == "." || s == "..":
+		return fmt.Errorf("%s %q: %w: not a file name", what, s, isolation.ErrUnsafePath)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s %q: %w: contains NUL", what, s, isolation.ErrUnsafePath)
+	case strings.IndexByte(s, '/') >= 0:
+		return fmt.Errorf("%s %q: %w: contains \"/\"", what, s, isolation.ErrUnsafePath)
+	case len(s) > max:
+		return fmt.Errorf("%s %.40q...: %w: %d bytes, at most %d", what, s, isolation.ErrUnsafePath, len(s), max)
+	}
+	return nil
+}
+
+func (a *Attacher) qemuIDs() (uid, gid int) {
+	uid, gid = a.UID, a.GID
+	if uid == 0 {
+		uid = DefaultQEMUID
+	}
+	if gid == 0 {
+		gid = DefaultQEMUID
+	}
+	return uid, gid
+}
+
+func (a *Attacher) sysRoot() string {
+	if a.SysRoot == "" {
+		return "/sys"
+	}
+	return a.SysRoot
+}
+
+// do runs fn in the host namespace, or here when NS is nil.
+func (a *Attacher) do(fn func() error) error {
+	if a.NS == nil {
+		return fn()
+	}
+	return a.NS.Do(fn)
+}
+
+// FindPublished returns the directory, relative to KubeletRoot, in which the
+// kubelet published volume pvName for pod podUID:
+// pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount for a CSI volume, or
+// pods/<uid>/volumes/kubernetes.io~<plugin>/<pv> for another plugin. The
+// lookup never follows a symlink. When the volume is not there, the error
+// wraps ErrNotPublished; malformed names wrap isolation.ErrUnsafePath.
+func (a *Attacher) FindPublished(podUID, pvName string) (string, error) {
+	return a.findPublished(podUID, pvName)
+}
+
+// Attach bind-mounts sourceDir/disk.img onto targetDir/<name>.img, both
+// relative to KubeletRoot: sourceDir is the volume directory FindPublished
+// returned, targetDir the launcher's
+// pods/<L>/volumes/kubernetes.io~empty-dir/hotplug-disks.
+//
+// disk.img must be a regular file with a single link on the volume
+// directory's own mount; the target directory and an existing target must
+// not be symlinks, and the target must be a regular file. Refusals wrap
+// isolation.ErrUnsafePath and change nothing. A target already carrying
+// exactly one mount of this disk.img is left alone (Unchanged; only its
+// owner is corrected if it differs). Mounts from another or a deleted source,
+// and stacked mounts, are unmounted and the source mounted once (Replaced).
+// The mounted file is then owned by UID:GID. disk.img is never written,
+// truncated or removed.
+//
+// t is the host's mount table, read once for the batch; Attach reads no
+// mountinfo itself.
+func (a *Attacher) Attach(t *Table, sourceDir, targetDir, name string) (Result, error) {
+	return a.attach(t, sourceDir, targetDir, name)
+}
+
+// Detach unmounts everything mounted on targetDir/<name>.img (lazily when a
+// mount is busy) and then unlinks the file, provided it is a regular file
+// once nothing is mounted on it. A missing target, or a missing targetDir,
+// is success (Unchanged).
+func (a *Attacher) Detach(t *Table, targetDir, name string) (Result, error) {
+	return a.detach(t, targetDir, name)
+}
+
+// Observe lists the <name>.img regular files in targetDir (relative to
+// KubeletRoot) with what is mounted on each, sorted by name. A missing
+// targetDir has no entries and is not an error.
+func (a *Attacher) Observe(t *Table, targetDir string) ([]Observed, error) {
+	return a.observe(t, targetDir)
+}

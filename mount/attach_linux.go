@@ -1,0 +1,512 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/isolation"
+)
+
+// openTreeMissing is set once the kernel has said it has no open_tree (before
+// 5.2), so later binds go straight to mount(2). Tests set it to cover both.
+var openTreeMissing atomic.Bool
+
+// maxPeel bounds the unmounts of one target: a stack deeper than this is not
+// something the agent made, and an endless loop must not hide it.
+const maxPeel = 32
+
+// diskImage is the file a filesystem-mode PVC holds for KubeVirt.
+const diskImage = "disk.img"
+
+// source is a validated disk.img, held open as O_PATH.
+type source struct {
+	f  *os.File
+	st unix.Stat_t
+	// vol is the mount of the volume directory, nil when the table does
+	// not know it (a table from before the volume was published).
+	vol *Info
+	// root is the path of disk.img inside its filesystem, as mountinfo
+	// shows it for a bind of it (e.g. "/disk.img"); "" when unknown.
+	root string
+}
+
+// target is what lookup of <name>.img in hotplug-disks reaches.
+type target struct {
+	exists  bool
+	mounted bool
+	// top is the mount on the file, nil when not mounted or newer than
+	// the table; depth is the number of mounts stacked there, 0 when
+	// unknown.
+	top   *Info
+	depth int
+	id    uint64
+	st    unix.Stat_t
+}
+
+func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (Result, error) {
+	if err := checkComponent("volume name", name, MaxVolumeNameLen); err != nil {
+		return "", fmt.Errorf("attach to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
+	}
+	var res Result
+	err := a.do(func() error {
+		var err error
+		res, err = a.attachHere(t, sourceDir, targetDir, name)
+		return err
+	})
+	return res, err
+}
+
+func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (Result, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	src, err := a.openSource(t, root, sourceDir)
+	if err != nil {
+		return "", err
+	}
+	defer src.f.Close()
+	dir, dirID, err := openTargetDir(root, targetDir)
+	if err != nil {
+		return "", err
+	}
+	defer dir.Close()
+	file := TargetName(name)
+	where := filepath.Join(dir.Name(), file)
+	tg, err := inspectTarget(t, dir, dirID, file)
+	if err != nil {
+		return "", err
+	}
+	result := Mounted
+	switch {
+	case !tg.exists:
+		if err := createTarget(dir, file); err != nil {
+			return "", err
+		}
+	case tg.mounted && sameSource(tg, src) && tg.depth <= 1:
+		return Unchanged, a.fixOwner(dir, file, tg)
+	case tg.mounted:
+		if _, err := peel(t, dir, dirID, file); err != nil {
+			return "", err
+		}
+		result = Replaced
+	}
+	if err := bindFile(src, dir, dirID, file); err != nil {
+		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), where, err)
+	}
+	return result, a.chownMounted(src, dir, dirID, file)
+}
+
+// openSource opens sourceDir/disk.img and checks that it is a plain file of
+// the volume: regular, one link (a second name could be a file outside the
+// volume, hard-linked in by the tenant), and on the volume directory's own
+// mount (not a bind of some host file onto disk.img).
+func (a *Attacher) openSource(t *Table, root *os.File, sourceDir string) (*source, error) {
+	vol, err := isolation.OpenBeneath(root, sourceDir, isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
+	if err != nil {
+		return nil, fmt.Errorf("volume directory: %w", err)
+	}
+	defer vol.Close()
+	f, err := isolation.OpenBeneath(vol, diskImage, isolation.How{Flags: unix.O_PATH, SameMount: true})
+	if err != nil {
+		return nil, fmt.Errorf("disk image: %w", err)
+	}
+	src := &source{f: f}
+	fail := func(err error) (*source, error) {
+		f.Close()
+		return nil, err
+	}
+	if err := unix.Fstat(int(f.Fd()), &src.st); err != nil {
+		return fail(fmt.Errorf("stat disk image %q: %w", f.Name(), err))
+	}
+	if kind := fileKind(src.st.Mode); kind != "regular file" {
+		return fail(fmt.Errorf("disk image %q: %w: is a %s, not a regular file", f.Name(), isolation.ErrUnsafePath, kind))
+	}
+	if src.st.Nlink != 1 {
+		return fail(fmt.Errorf("disk image %q: %w: has %d hard links, want 1", f.Name(), isolation.ErrUnsafePath, src.st.Nlink))
+	}
+	volID, err := isolation.MountID(vol)
+	if err != nil {
+		return fail(err)
+	}
+	fileID, err := isolation.MountID(f)
+	if err != nil {
+		return fail(err)
+	}
+	if volID != fileID {
+		return fail(fmt.Errorf("disk image %q: %w: on mount %d, not on the volume's mount %d", f.Name(), isolation.ErrUnsafePath, fileID, volID))
+	}
+	if src.vol = t.ByID(int(volID)); src.vol != nil {
+		src.root = rootOf(src.vol, filepath.Join(a.KubeletRoot, sourceDir, diskImage))
+	}
+	return src, nil
+}
+
+// rootOf is the path inside m's filesystem of hostPath, a path under m's
+// mount point; "" if it is not under it.
+func rootOf(m *Info, hostPath string) string {
+	rel, err := filepath.Rel(m.MountPoint, hostPath)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return ""
+	}
+	return path.Join(m.Root, rel)
+}
+
+// openTargetDir opens the launcher's hotplug-disks directory, refusing
+// symlinks on the way, and returns it with the id of the mount it is on.
+func openTargetDir(root *os.File, targetDir string) (*os.File, uint64, error) {
+	dir, err := isolation.OpenBeneath(root, targetDir, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+	if err != nil {
+		return nil, 0, fmt.Errorf("target directory: %w", err)
+	}
+	id, err := isolation.MountID(dir)
+	if err != nil {
+		dir.Close()
+		return nil, 0, err
+	}
+	return dir, id, nil
+}
+
+// openTarget opens file in dir as O_PATH without following a symlink; a
+// lookup that ends on a mount point reaches the top mount.
+func openTarget(dir *os.File, file string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), file)), nil
+}
+
+// inspectTarget says what is at dir/file. A target that is not a regular
+// file is refused. The fd it used is closed again, since an open fd on a
+// mount would make unmounting it fail with EBUSY.
+func inspectTarget(t *Table, dir *os.File, dirID uint64, file string) (target, error) {
+	var tg target
+	f, err := openTarget(dir, file)
+	if errors.Is(err, unix.ENOENT) {
+		return tg, nil
+	}
+	where := filepath.Join(dir.Name(), file)
+	if err != nil {
+		return tg, fmt.Errorf("open target %q: %w", where, err)
+	}
+	defer f.Close()
+	tg.exists = true
+	if err := unix.Fstat(int(f.Fd()), &tg.st); err != nil {
+		return tg, fmt.Errorf("stat target %q: %w", where, err)
+	}
+	if kind := fileKind(tg.st.Mode); kind != "regular file" {
+		return tg, fmt.Errorf("target %q: %w: is a %s, not a regular file", where, isolation.ErrUnsafePath, kind)
+	}
+	if tg.id, err = isolation.MountID(f); err != nil {
+		return tg, err
+	}
+	if tg.id == dirID {
+		return tg, nil
+	}
+	tg.mounted = true
+	tg.top, tg.depth = stackOn(t, tg.id, dirID)
+	return tg, nil
+}
+
+// stackOn follows parents from mount id down to the mount of the directory
+// (dirID) and counts the mounts on the way: one for a plain bind, more for a
+// stack. depth is 0 when the table does not reach dirID.
+func stackOn(t *Table, id, dirID uint64) (top *Info, depth int) {
+	top = t.ByID(int(id))
+	for m := top; m != nil; m = t.ByID(m.Parent) {
+		if uint64(m.ID) == dirID {
+			return top, depth
+		}
+		depth++
+		if depth > t.Len() {
+			break
+		}
+	}
+	return top, 0
+}
+
+// sameSource reports whether the mount on the target is a live bind of
+// src's disk.img: the same inode (still linked), and, where the table knows
+// both mounts, the same device and root and not deleted.
+func sameSource(tg target, src *source) bool {
+	if tg.st.Nlink == 0 || tg.st.Dev != src.st.Dev || tg.st.Ino != src.st.Ino {
+		return false
+	}
+	if tg.top == nil {
+		// Newer than the table: the inode is all there is to go by.
+		return true
+	}
+	if tg.top.Deleted() {
+		return false
+	}
+	if src.vol != nil && (tg.top.Major != src.vol.Major || tg.top.Minor != src.vol.Minor) {
+		return false
+	}
+	return src.root == "" || tg.top.Root == src.root
+}
+
+// createTarget makes the empty file to mount on, exclusively: whatever
+// appeared there meanwhile is left alone and reported.
+func createTarget(dir *os.File, file string) error {
+	where := filepath.Join(dir.Name(), file)
+	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o660)
+	if err != nil {
+		return fmt.Errorf("create target %q: %w", where, err)
+	}
+	defer unix.Close(fd)
+	// The umask must not decide the mode QEMU sees before the mount.
+	if err := unix.Fchmod(fd, 0o660); err != nil {
+		return fmt.Errorf("chmod target %q: %w", where, err)
+	}
+	return nil
+}
+
+// peel unmounts the mounts on dir/file from the top until a lookup reaches
+// the file on the directory's own mount, and returns how many it removed.
+// The name is resolved from the directory fd, and UMOUNT_NOFOLLOW keeps a
+// symlink swapped in for the file from redirecting the unmount.
+func peel(t *Table, dir *os.File, dirID uint64, file string) (int, error) {
+	where := filepath.Join(dir.Name(), file)
+	byFd := isolation.FdPath(dir) + "/" + file
+	for n := 0; n <= maxPeel; n++ {
+		f, err := openTarget(dir, file)
+		if errors.Is(err, unix.ENOENT) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("open target %q: %w", where, err)
+		}
+		id, err := isolation.MountID(f)
+		f.Close()
+		if err != nil {
+			return n, err
+		}
+		if id == dirID {
+			return n, nil
+		}
+		err = unix.Unmount(byFd, unix.UMOUNT_NOFOLLOW)
+		if errors.Is(err, unix.EBUSY) {
+			// An open file (QEMU's, in the launcher) pins the mount;
+			// detach it lazily, the open file keeps working.
+			err = unix.Unmount(byFd, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH)
+		}
+		if err != nil {
+			return n, fmt.Errorf("unmount %s from %q: %w", describeMount(t, id), where, err)
+		}
+	}
+	return maxPeel, fmt.Errorf("unmount %q: more than %d mounts stacked", where, maxPeel)
+}
+
+func describeMount(t *Table, id uint64) string {
+	if m := t.ByID(int(id)); m != nil {
+		return fmt.Sprintf("mount %d (%s[%s] %s)", m.ID, m.Source, m.Root, m.Dev())
+	}
+	return fmt.Sprintf("mount %d", id)
+}
+
+// bindFile mounts the validated source file onto dir/file, which must then
+// have nothing mounted on it. Only the file is bound: no directory, no
+// recursive bind.
+func bindFile(src *source, dir *os.File, dirID uint64, file string) error {
+	tf, err := openTarget(dir, file)
+	if err != nil {
+		return fmt.Errorf("open target: %w", err)
+	}
+	defer tf.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(tf.Fd()), &st); err != nil {
+		return err
+	}
+	if kind := fileKind(st.Mode); kind != "regular file" {
+		return fmt.Errorf("%w: target is a %s, not a regular file", isolation.ErrUnsafePath, kind)
+	}
+	if id, err := isolation.MountID(tf); err != nil || id != dirID {
+		return fmt.Errorf("target changed while being mounted (mount %d, want %d): %v", id, dirID, err)
+	}
+	if !openTreeMissing.Load() {
+		err := moveMountFile(src.f, tf)
+		if !errors.Is(err, unix.ENOSYS) {
+			return err
+		}
+		openTreeMissing.Store(true)
+	}
+	if err := unix.Mount(isolation.FdPath(src.f), isolation.FdPath(tf), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount(MS_BIND): %w", err)
+	}
+	return nil
+}
+
+// moveMountFile clones the mount of the source file (open_tree, without
+// AT_RECURSIVE) and attaches the clone onto the target fd.
+func moveMountFile(src, dst *os.File) error {
+	tree, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	// The tree fd pins the new mount: it must be closed before anything
+	// tries to unmount it.
+	defer unix.Close(tree)
+	if err := unix.MoveMount(tree, "", int(dst.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// chownMounted checks that dir/file now shows src's inode and gives it to
+// the QEMU user.
+func (a *Attacher) chownMounted(src *source, dir *os.File, dirID uint64, file string) error {
+	where := filepath.Join(dir.Name(), file)
+	f, err := openTarget(dir, file)
+	if err != nil {
+		return fmt.Errorf("open mounted target %q: %w", where, err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("stat mounted target %q: %w", where, err)
+	}
+	id, err := isolation.MountID(f)
+	if err != nil {
+		return err
+	}
+	if id == dirID || st.Dev != src.st.Dev || st.Ino != src.st.Ino {
+		return fmt.Errorf("target %q does not show %q after mounting", where, src.f.Name())
+	}
+	return a.chown(f, st)
+}
+
+// fixOwner gives an already correct mount to the QEMU user if it is not
+// already theirs (a crash between mount and chown).
+func (a *Attacher) fixOwner(dir *os.File, file string, tg target) error {
+	uid, gid := a.qemuIDs()
+	if int(tg.st.Uid) == uid && int(tg.st.Gid) == gid {
+		return nil
+	}
+	f, err := openTarget(dir, file)
+	if err != nil {
+		return fmt.Errorf("open mounted target %q: %w", filepath.Join(dir.Name(), file), err)
+	}
+	defer f.Close()
+	return a.chown(f, tg.st)
+}
+
+func (a *Attacher) chown(f *os.File, st unix.Stat_t) error {
+	uid, gid := a.qemuIDs()
+	if int(st.Uid) == uid && int(st.Gid) == gid {
+		return nil
+	}
+	if err := unix.Fchownat(int(f.Fd()), "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown %q to %d:%d: %w", f.Name(), uid, gid, err)
+	}
+	return nil
+}
+
+func (a *Attacher) detach(t *Table, targetDir, name string) (Result, error) {
+	if err := checkComponent("volume name", name, MaxVolumeNameLen); err != nil {
+		return "", fmt.Errorf("detach from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
+	}
+	var res Result
+	err := a.do(func() error {
+		var err error
+		res, err = a.detachHere(t, targetDir, name)
+		return err
+	})
+	return res, err
+}
+
+func (a *Attacher) detachHere(t *Table, targetDir, name string) (Result, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	dir, dirID, err := openTargetDir(root, targetDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Unchanged, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer dir.Close()
+	file := TargetName(name)
+	where := filepath.Join(dir.Name(), file)
+	tg, err := inspectTarget(t, dir, dirID, file)
+	if err != nil {
+		return "", err
+	}
+	if !tg.exists {
+		return Unchanged, nil
+	}
+	if _, err := peel(t, dir, dirID, file); err != nil {
+		return "", err
+	}
+	f, err := openTarget(dir, file)
+	if errors.Is(err, unix.ENOENT) {
+		return Removed, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("open target %q: %w", where, err)
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(int(f.Fd()), &st)
+	f.Close()
+	if err != nil {
+		return "", fmt.Errorf("stat target %q: %w", where, err)
+	}
+	if kind := fileKind(st.Mode); kind != "regular file" {
+		return "", fmt.Errorf("target %q after unmounting: %w: is a %s, not a regular file", where, isolation.ErrUnsafePath, kind)
+	}
+	if err := unix.Unlinkat(int(dir.Fd()), file, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return "", fmt.Errorf("remove target %q: %w", where, err)
+	}
+	return Removed, nil
+}
+
+// openKubeletRoot opens the trusted root every lookup starts from. It is
+// opened per call, in the host namespace, so that a kubelet root remounted
+// meanwhile is seen as it is now.
+func openKubeletRoot(path string) (*os.File, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("kubelet root %q is not absolute", path)
+	}
+	return isolation.OpenRoot(path)
+}
+
+// ignoreUnsafe drops a refusal of tenant content, keeping other errors.
+func ignoreUnsafe(err error) error {
+	if errors.Is(err, isolation.ErrUnsafePath) {
+		return nil
+	}
+	return err
+}
+
+// fileKind names a file type for refusals.
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFSOCK:
+		return "unix socket"
+	}
+	return fmt.Sprintf("file of type %#o", mode&unix.S_IFMT)
+}

@@ -1,0 +1,25 @@
+//go:build !linux
+
+package mount
+
+import (
+	"fmt"
+
+	"github.com/hpmount/hpmount/isolation"
+)
+
+func (a *Attacher) findPublished(podUID, pvName string) (string, error) {
+	return "", fmt.Errorf("find volume %q of pod %q: %w", pvName, podUID, isolation.ErrUnsupported)
+}
+
+func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (Result, error) {
+	return "", fmt.Errorf("attach %q to %q: %w", sourceDir, targetDir, isolation.ErrUnsupported)
+}
+
+func (a *Attacher) detach(t *Table, targetDir, name string) (Result, error) {
+	return "", fmt.Errorf("detach %q from %q: %w", name, targetDir, isolation.ErrUnsupported)
+}
+
+func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
+	return nil, fmt.Errorf("observe %q: %w", targetDir, isolation.ErrUnsupported)
+}

@@ -1,0 +1,175 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/hpmount/hpmount/isolation"
+)
+
+// Online growth of a hotplugged filesystem-mode volume.
+//
+// When a second volume is hotplugged, KubeVirt replaces the attachment pod and
+// the kubelet unpublishes and unstages the first PVC from it. No CSI
+// NodeExpandVolume will run for that PVC again: if it is expanded, its block
+// device grows but its filesystem does not. The launcher's file bind of
+// disk.img still holds that filesystem's superblock, so the agent can find it
+// from the launcher's <vol>.img alone (mount id -> mountinfo -> major:minor),
+// mount the same device once more at an agent-private directory and grow it
+// there, with no help from the attachment pod.
+
+// GrowSlackBytes is how much larger than the filesystem the block device must
+// be before a growth is attempted. The comparison is between the device size
+// and the filesystem's own size (ext2/3/4 superblock block count, xfs data
+// blocks from its geometry), which both cover the whole device after mkfs or a
+// resize, metadata included. They still differ by a tail the tools cannot
+// use: resize2fs and mkfs.ext4 drop a last block group smaller than its
+// overhead plus 50 blocks (the inode table alone is 2 MiB per group at the
+// default inode ratio, 8 MiB at -i 4096), and xfs_growfs drops a last
+// allocation group under 64 blocks (4 MiB with 64 KiB blocks). A slack below
+// that tail would retry a growth that can never happen on every check, so it
+// is 16 MiB, which is still far below the smallest volume expansion anyone
+// asks for in practice (storage classes allocate in GiB).
+const GrowSlackBytes = 16 << 20
+
+// ErrGrowRefused marks a refusal to look at or grow a target: it is not a
+// mount, its source was deleted, its block device could not be verified, or
+// the filesystem under it is not the one the device names.
+var ErrGrowRefused = errors.New("refused to grow")
+
+// ErrNoCapSysResource is wrapped when online ext2/3/4 growth failed and the
+// agent lacks CAP_SYS_RESOURCE, which the kernel's EXT4_IOC_RESIZE_FS needs.
+var ErrNoCapSysResource = errors.New("the agent lacks CAP_SYS_RESOURCE, which online ext4 growth needs; run the DaemonSet privileged")
+
+// Resizer grows a mounted filesystem to the size of its block device.
+type Resizer interface {
+	// Resize grows the filesystem of type fstype on device, which is
+	// mounted (among other places) at mountPoint, a directory.
+	Resize(fstype, device, mountPoint string) error
+}
+
+// ExecResizer runs resize2fs (ext2/3/4: online, by device) or xfs_growfs
+// (xfs: by mount point) in the caller's mount namespace.
+//
+// It does not use k8s.io/mount-utils' ResizeFs: that probes the format with
+// an extra blkid exec although mountinfo already gives the type, and it
+// flattens the tool's failure with %v, so an EPERM could only be recognised
+// by parsing text.
+type ExecResizer struct{}
+
+var _ Resizer = ExecResizer{}
+
+// Grower finds and grows the filesystem under a launcher's file bind.
+type Grower struct {
+	// NS is the host mount namespace; every step runs inside it.
+	NS *isolation.MountNamespace
+	// KubeletRoot is the kubelet root directory in the host namespace.
+	KubeletRoot string
+	// SysRoot is sysfs, normally "/sys".
+	SysRoot string
+	// DevRoot is the host's device directory, normally "/dev".
+	DevRoot string
+	// PrivateDir is an agent-private directory in the host namespace for
+	// temporary mounts, e.g. /run/hpmount/grow. It is created 0700 and
+	// made a private mount so nothing mounted below it propagates.
+	PrivateDir string
+	// Resizer grows filesystems; nil means ExecResizer.
+	Resizer Resizer
+}
+
+// GrowOptions says what Grow may change.
+type GrowOptions struct {
+	// GrowFilesystem lets Grow grow the filesystem when its device has
+	// grown; without it Grow only reports.
+	GrowFilesystem bool
+	// ExpandDiskImage lets Grow enlarge disk.img to KubeVirt's usable size
+	// for CapacityBytes (see DiskImageSize).
+	ExpandDiskImage bool
+	// CapacityBytes is the PVC's capacity; 0 (unknown) means no image
+	// growth.
+	CapacityBytes int64
+	// FilesystemOverhead is KubeVirt's filesystemOverhead fraction, in
+	// [0, 1).
+	FilesystemOverhead float64
+}
+
+// GrowResult reports what Grow found and did. Byte counts are 0 where not
+// measured.
+type GrowResult struct {
+	// Device is the block device's node, e.g. /dev/loop3.
+	Device string
+	// Dev is the device as "MAJ:MIN".
+	Dev string
+	// FSType is the filesystem type from mountinfo.
+	FSType string
+	// DeviceBytes is the block device's size.
+	DeviceBytes int64
+	// FilesystemBytes is the filesystem's own size (all of its blocks,
+	// metadata included) before any growth: what DeviceBytes is compared
+	// with.
+	FilesystemBytes int64
+	// FilesystemBefore and FilesystemAfter are statfs sizes
+	// (f_blocks*f_bsize) seen through the target.
+	FilesystemBefore, FilesystemAfter int64
+	// DiskImageBefore and DiskImageAfter are disk.img's apparent sizes.
+	DiskImageBefore, DiskImageAfter int64
+	// NeedsGrowth says the device exceeds the filesystem by more than
+	// GrowSlackBytes.
+	NeedsGrowth bool
+	// DeviceSmaller says the device is smaller than the filesystem. It is
+	// reported and never acted on.
+	DeviceSmaller bool
+	// Grown and ImageGrown say the filesystem or disk.img got larger.
+	Grown, ImageGrown bool
+}
+
+// NeedsGrowth decides whether a filesystem of fsBytes on a device of
+// deviceBytes should be grown: only when the device is larger by more than
+// GrowSlackBytes. A smaller device never leads to growth (or shrinking).
+func NeedsGrowth(deviceBytes, fsBytes int64) bool {
+	if deviceBytes <= 0 || fsBytes <= 0 {
+		return false
+	}
+	return deviceBytes-fsBytes > GrowSlackBytes
+}
+
+// DiskImageSize is the size KubeVirt gives a disk.img: with usable = free +
+// allocated (the free space of the filesystem plus what the image already
+// occupies), it is (1 - overhead) * min(capacity, usable), aligned down to
+// 1 MiB. A capacity of 0 or less (unknown) gives 0, meaning "leave the image
+// alone". The overhead must be in [0, 1).
+func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int64, error) {
+	if math.IsNaN(overhead) || overhead < 0 || overhead >= 1 {
+		return 0, fmt.Errorf("filesystem overhead %v is not in [0, 1)", overhead)
+	}
+	if capacity <= 0 {
+		return 0, nil
+	}
+	usable := max(free, 0) + max(allocated, 0)
+	size := min(capacity, usable)
+	size = int64((1 - overhead) * float64(size))
+	return size &^ (1<<20 - 1), nil
+}
+
+// Grow looks at the filesystem mounted on <name>.img in targetDir (the
+// launcher's hotplug-disks directory, relative to KubeletRoot) and, as opts
+// allow, grows it to its block device and enlarges disk.img. All of it runs
+// in g.NS and needs nothing from the attachment pod; t is a scan of that
+// namespace's mount table.
+//
+// The target must be a mount (its mount id differs from its directory's) that
+// t knows and whose source was not deleted. Its block device is found by the
+// mount's major:minor through SysRoot and must be a block device node under
+// DevRoot with that number. The filesystem is grown only when NeedsGrowth
+// says so, never shrunk, through a second mount of the same device at a fresh
+// directory under PrivateDir that is always unmounted again. disk.img is only
+// ever made larger, sparsely.
+func (g *Grower) Grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
+	return g.grow(t, targetDir, name, opts)
+}
+
+// Resize runs resize2fs or xfs_growfs and returns its output in the error.
+func (ExecResizer) Resize(fstype, device, mountPoint string) error {
+	return execResize(fstype, device, mountPoint)
+}

@@ -1,0 +1,94 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
+	var out []Observed
+	err := a.do(func() error {
+		var err error
+		out, err = a.observeHere(t, targetDir)
+		return err
+	})
+	return out, err
+}
+
+func (a *Attacher) observeHere(t *Table, targetDir string) ([]Observed, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir, dirID, err := openTargetDir(root, targetDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", dir.Name(), err)
+	}
+	sort.Strings(names)
+	var out []Observed
+	for _, file := range names {
+		name, ok := strings.CutSuffix(file, ".img")
+		if !ok || name == "" {
+			continue
+		}
+		o, ok, err := a.observeOne(t, dir, dirID, file)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			o.Name = name
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// observeOne describes dir/file; ok is false when it is gone or is not a
+// regular file (those are not targets the agent made).
+func (a *Attacher) observeOne(t *Table, dir *os.File, dirID uint64, file string) (o Observed, ok bool, err error) {
+	tg, err := inspectTarget(t, dir, dirID, file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return o, false, nil
+	}
+	if err != nil || !tg.exists {
+		// A symlink or directory named *.img is refused by inspectTarget;
+		// Observe reports files, so it is skipped, not an error.
+		return o, false, ignoreUnsafe(err)
+	}
+	if !tg.mounted {
+		return o, true, nil
+	}
+	o.Mounted = true
+	o.Depth = tg.depth
+	o.Stacked = tg.depth > 1
+	o.MountID = int(tg.id)
+	o.SourceGone = tg.st.Nlink == 0
+	major, minor := unix.Major(tg.st.Dev), unix.Minor(tg.st.Dev)
+	if tg.top != nil {
+		o.Root = tg.top.Root
+		o.SourceGone = o.SourceGone || tg.top.Deleted()
+		major, minor = tg.top.Major, tg.top.Minor
+	}
+	o.Dev = fmt.Sprintf("%d:%d", major, minor)
+	if major != 0 && !o.SourceGone {
+		_, err := os.Lstat(filepath.Join(a.sysRoot(), "dev", "block", o.Dev))
+		o.SourceGone = errors.Is(err, fs.ErrNotExist)
+	}
+	return o, true, nil
+}

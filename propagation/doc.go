@@ -1,0 +1,10 @@
+// Package propagation checks the mount propagation that hotplug relies on and
+// explains, with the fix, what is wrong when it is missing.
+//
+// The agent bind-mounts disk images into a launcher's hotplug-disks emptyDir
+// in the host mount namespace. They reach the launcher only if the host
+// mount holding the kubelet pods directory is shared and the launcher's view
+// of the emptyDir (mountPropagation: HostToContainer) is a slave of that
+// mount's peer group. Both facts are read from mountinfo tables; this package
+// mounts nothing and changes nothing.
+package propagation
