@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Agent runs the reconcile loop of one node.
+type Agent struct {
+	cfg    Config
+	kube   kubernetes.Interface
+	dyn    dynamic.Interface
+	engine Engine
+	log    *slog.Logger
+	obs    Observer
+
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+
+	podFactory  informers.SharedInformerFactory
+	vmiFactory  dynamicinformer.DynamicSharedInformerFactory
+	podInformer cache.SharedIndexInformer
+	vmiInformer cache.SharedIndexInformer
+	queue       workqueue.TypedRateLimitingInterface[string]
+
+	// synced is set once both informer caches synced; before that no
+	// absence from a cache means anything.
+	synced atomic.Bool
+
+	mu     sync.Mutex
+	states map[string]*vmiState // by VMI key ns/name
+	resync map[string]bool      // keys due for a periodic pass
+}
+
+// vmiState is what the agent remembers about one VMI key. Only the worker
+// that holds the key (the queue guarantees one) touches it.
+type vmiState struct {
+	uid types.UID
+	// launchers are launcher pod UIDs this agent saw for the VMI and may
+	// have mounted into; one is dropped once it is cleaned.
+	launchers map[types.UID]bool
+	pvByClaim map[string]string
+	// capacity is the PVC capacity of the last growth check, per volume.
+	capacity map[string]int64
+	// warned holds the last Warning message per volume and reason, so a
+	// resync does not repeat an unchanged warning.
+	warned map[string]string
+}
+
+func newVMIState() *vmiState {
+	return &vmiState{
+		launchers: map[types.UID]bool{},
+		pvByClaim: map[string]string{},
+		capacity:  map[string]int64{},
+		warned:    map[string]string{},
+	}
+}
+
+// New builds an agent. Nothing runs until Run.
+func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine Engine) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	if kube == nil || dyn == nil || engine == nil {
+		return nil, errors.New("agent: kubernetes client, dynamic client and engine are required")
+	}
+	a := &Agent{
+		cfg:    cfg,
+		kube:   kube,
+		dyn:    dyn,
+		engine: engine,
+		log:    cfg.Logger,
+		obs:    cfg.Observer,
+		states: map[string]*vmiState{},
+		resync: map[string]bool{},
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if a.obs == nil {
+		a.obs = NopObserver{}
+	}
+	a.broadcaster = record.NewBroadcaster()
+	a.recorder = a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "hpmount", Host: cfg.NodeName})
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "hpmount"},
+	)
+	if err := a.setupInformers(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Run starts informers, workers, the resync loop and the health and
+// metrics servers, and blocks until ctx is done. It leaves every mount in
+// place on return.
+func (a *Agent) Run(ctx context.Context) error {
+	a.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.kube.CoreV1().Events("")})
+	defer a.broadcaster.Shutdown()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srvErr := make(chan error, 2)
+	stopServers, err := a.startServers(ctx, srvErr)
+	if err != nil {
+		a.queue.ShutDown()
+		return err
+	}
+	defer stopServers()
+
+	a.podFactory.Start(ctx.Done())
+	a.vmiFactory.Start(ctx.Done())
+	defer a.vmiFactory.Shutdown()
+	defer a.podFactory.Shutdown()
+	defer cancel() // runs first: informers stop before Shutdown waits
+
+	a.log.Info("waiting for informer caches", "node", a.cfg.NodeName)
+	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced) {
+		a.queue.ShutDown()
+		select {
+		case err := <-srvErr:
+			return err
+		default:
+		}
+		return nil
+	}
+	a.synced.Store(true)
+	a.log.Info("informer caches synced, starting workers", "workers", a.cfg.Workers)
+
+	var wg sync.WaitGroup
+	for range a.cfg.Workers {
+		wg.Go(func() { a.worker(ctx) })
+	}
+	wg.Go(func() { a.resyncLoop(ctx) })
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-srvErr:
+		cancel()
+	}
+	a.queue.ShutDown()
+	wg.Wait()
+	a.log.Info("agent stopped; mounts left in place")
+	return runErr
+}
+
+func (a *Agent) worker(ctx context.Context) {
+	for {
+		key, quit := a.queue.Get()
+		if quit {
+			return
+		}
+		a.process(ctx, key)
+	}
+}
+
+func (a *Agent) process(ctx context.Context, key string) {
+	defer a.queue.Done(key)
+	if ctx.Err() != nil {
+		return
+	}
+	err := a.reconcile(ctx, key)
+	if err == nil {
+		a.queue.Forget(key)
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	a.log.Warn("reconcile failed, retrying", "vmi", key, "error", err.Error(), "retries", a.queue.NumRequeues(key))
+	a.queue.AddRateLimited(key)
+}
+
+// state returns the remembered state of a key, creating it.
+func (a *Agent) state(key string) *vmiState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.states[key]
+	if !ok {
+		st = newVMIState()
+		a.states[key] = st
+	}
+	return st
+}
+
+func (a *Agent) forget(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.states, key)
+	delete(a.resync, key)
+}
+
+// takeResync reports and clears whether key is due for a periodic pass.
+func (a *Agent) takeResync(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	due := a.resync[key]
+	delete(a.resync, key)
+	return due
+}

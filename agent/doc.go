@@ -1,0 +1,21 @@
+// Package agent is the control loop of hpmount: it watches the
+// VirtualMachineInstances scheduled to this node and the pods on this node,
+// computes for every VMI the hotplug volumes its virt-launcher pod should
+// see, compares that with what the node Engine observes, and applies the
+// difference through the Engine. It reports through Events on the VMI,
+// optionally the VMI's status.volumeStatus, structured logs and an Observer
+// hook for metrics.
+//
+// The agent owns the Kubernetes side only: it never builds kubelet paths,
+// never touches the mount table, device nodes or cgroups itself; all of that
+// is the Engine's (see engine.go).
+//
+// Rules it enforces:
+//   - a volume is attached only from an attachment pod that is verified to
+//     belong to this VMI's launcher on this node; any mismatch is refused
+//     with a Warning Event, and existing healthy mounts are kept;
+//   - a volume is detached only on a confirmed fact from a synced informer
+//     cache: the VMI is gone, the volume left spec.volumes, or the launcher
+//     pod is gone from this node. A failed or slow API call never detaches;
+//   - on shutdown every mount stays where it is.
+package agent

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// HealthHandler serves /healthz (the process is alive) and /readyz (the
+// informer caches synced and the readiness gate passes).
+func (a *Agent) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !a.synced.Load() {
+			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		if gate := a.cfg.ReadinessGate; gate != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			defer cancel()
+			if err := gate(ctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// startServers listens on the health and metrics addresses; serving errors
+// go to errc. The returned function shuts both down.
+func (a *Agent) startServers(ctx context.Context, errc chan<- error) (func(), error) {
+	var servers []*http.Server
+	stop := func() {
+		for _, s := range servers {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.Shutdown(ctx)
+			cancel()
+		}
+	}
+	serve := func(what, addr string, h http.Handler) error {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen for %s on %q: %w", what, addr, err)
+		}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, s)
+		a.log.Info("serving "+what, "address", ln.Addr().String())
+		go func() {
+			if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s on %q: %w", what, addr, err)
+			}
+		}()
+		return nil
+	}
+	if a.cfg.HealthAddress != "" {
+		if err := serve("health", a.cfg.HealthAddress, a.HealthHandler()); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	if a.cfg.MetricsAddress != "" && a.cfg.MetricsHandler != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", a.cfg.MetricsHandler)
+		if err := serve("metrics", a.cfg.MetricsAddress, mux); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	return stop, nil
+}

@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+const uidIndex = "uid"
+
+func indexByUID(obj any) ([]string, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("index by uid: %w", err)
+	}
+	return []string{string(m.GetUID())}, nil
+}
+
+// DropManagedFields is the informers' transform: managedFields are never
+// read and are a large part of every cached object.
+func DropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func (a *Agent) setupInformers() error {
+	node := a.cfg.NodeName
+	a.podFactory = informers.NewSharedInformerFactoryWithOptions(a.kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}))
+	a.vmiFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(a.dyn, 0, metav1.NamespaceAll,
+		func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelNodeName: node}).String()
+		})
+	a.podInformer = a.podFactory.Core().V1().Pods().Informer()
+	a.vmiInformer = a.vmiFactory.ForResource(VMIResource).Informer()
+	for name, inf := range map[string]cache.SharedIndexInformer{"pods": a.podInformer, "vmis": a.vmiInformer} {
+		if err := inf.SetTransform(DropManagedFields); err != nil {
+			return fmt.Errorf("set transform on %s informer: %w", name, err)
+		}
+		if err := inf.AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
+			return fmt.Errorf("add uid index to %s informer: %w", name, err)
+		}
+	}
+	if _, err := a.vmiInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    a.enqueueObject,
+		UpdateFunc: func(_, obj any) { a.enqueueObject(obj) },
+		DeleteFunc: a.enqueueObject,
+	}); err != nil {
+		return fmt.Errorf("add vmi event handler: %w", err)
+	}
+	if _, err := a.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    a.enqueuePod,
+		UpdateFunc: func(_, obj any) { a.enqueuePod(obj) },
+		DeleteFunc: a.enqueuePod,
+	}); err != nil {
+		return fmt.Errorf("add pod event handler: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) enqueueObject(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		a.log.Warn("cannot key object", "error", err.Error())
+		return
+	}
+	a.queue.Add(key)
+}
+
+func (a *Agent) enqueuePod(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	for _, key := range a.vmiKeysForPod(pod) {
+		a.queue.Add(key)
+	}
+}
+
+// vmiKeysForPod maps a launcher or attachment pod to its VMI's key.
+func (a *Agent) vmiKeysForPod(pod *corev1.Pod) []string {
+	switch pod.Labels[LabelApp] {
+	case AppVirtLauncher:
+		if owner := metav1.GetControllerOf(pod); owner != nil && owner.Kind == VMIKind {
+			return []string{pod.Namespace + "/" + owner.Name}
+		}
+		if uid := pod.Labels[LabelCreatedBy]; uid != "" {
+			if key, ok := a.vmiKeyByUID(types.UID(uid)); ok {
+				return []string{key}
+			}
+		}
+	case AppHotplugDisk:
+		owner := metav1.GetControllerOf(pod)
+		if owner == nil {
+			return nil
+		}
+		if launcher, ok := a.PodByUID(owner.UID); ok && launcher.Labels[LabelApp] == AppVirtLauncher {
+			return a.vmiKeysForPod(launcher)
+		}
+	}
+	return nil
+}
+
+func (a *Agent) vmiKeyByUID(uid types.UID) (string, bool) {
+	objs, err := a.vmiInformer.GetIndexer().ByIndex(uidIndex, string(uid))
+	if err != nil || len(objs) == 0 {
+		return "", false
+	}
+	key, err := cache.MetaNamespaceKeyFunc(objs[0])
+	return key, err == nil
+}
+
+// PodByUID returns a pod of this node from the informer cache.
+func (a *Agent) PodByUID(uid types.UID) (*corev1.Pod, bool) {
+	objs, err := a.podInformer.GetIndexer().ByIndex(uidIndex, string(uid))
+	if err != nil || len(objs) == 0 {
+		return nil, false
+	}
+	pod, ok := objs[0].(*corev1.Pod)
+	return pod, ok
+}
+
+// cachedVMI returns the VMI of key from the informer cache.
+func (a *Agent) cachedVMI(key string) (*unstructured.Unstructured, bool, error) {
+	obj, exists, err := a.vmiInformer.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, false, fmt.Errorf("vmi cache holds %T for %q", obj, key)
+	}
+	return u, true, nil
+}
+
+// resyncLoop enqueues every VMI of the node, and every key still being
+// cleaned, once per resync period.
+func (a *Agent) resyncLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.ResyncPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.enqueueAll()
+		}
+	}
+}
+
+func (a *Agent) enqueueAll() {
+	keys := a.vmiInformer.GetIndexer().ListKeys()
+	a.mu.Lock()
+	for k := range a.states {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		a.resync[k] = true
+	}
+	a.mu.Unlock()
+	for _, k := range keys {
+		a.queue.Add(k)
+	}
+}

@@ -1,0 +1,58 @@
+package agent
+
+import "time"
+
+// Observer receives what the agent does, for metrics. Every method must be
+// cheap and must not block; the agent calls them from its workers.
+type Observer interface {
+	// OpAttempt is one engine call: op is attach, detach, verify or grow;
+	// result is the Change, "not-published" or "error".
+	OpAttempt(op, result string, d time.Duration)
+	// Reconciled is one completed reconcile of one VMI.
+	Reconciled(d time.Duration)
+	// SnapshotTaken is one read of the host mount table.
+	SnapshotTaken(entries int, d time.Duration)
+	// VolumeState is the current state of one hotplug volume: one of the
+	// State* constants.
+	VolumeState(namespace, vmi, volume, mode, state string)
+	// VolumeSizes reports the sizes found by a growth check.
+	VolumeSizes(namespace, vmi, volume string, r GrowResult)
+	// Expansion is the outcome of a growth check: grown, unchanged, failed
+	// or shrink-ignored.
+	Expansion(result string)
+	// Refusal counts one refused volume or launcher by reason.
+	Refusal(reason string)
+	// ForgetVMI drops every series of a VMI that is gone from this node.
+	ForgetVMI(namespace, vmi string)
+}
+
+// Volume states reported to Observer.VolumeState.
+const (
+	StateMounted   = "mounted"
+	StatePending   = "pending"
+	StateRefused   = "refused"
+	StateFailed    = "failed"
+	StateUnmounted = "unmounted"
+)
+
+// Expansion results reported to Observer.Expansion.
+const (
+	ExpansionGrown         = "grown"
+	ExpansionUnchanged     = "unchanged"
+	ExpansionFailed        = "failed"
+	ExpansionShrinkIgnored = "shrink-ignored"
+)
+
+// NopObserver ignores everything.
+type NopObserver struct{}
+
+var _ Observer = NopObserver{}
+
+func (NopObserver) OpAttempt(string, string, time.Duration)            {}
+func (NopObserver) Reconciled(time.Duration)                           {}
+func (NopObserver) SnapshotTaken(int, time.Duration)                   {}
+func (NopObserver) VolumeState(string, string, string, string, string) {}
+func (NopObserver) VolumeSizes(string, string, string, GrowResult)     {}
+func (NopObserver) Expansion(string)                                   {}
+func (NopObserver) Refusal(string)                                     {}
+func (NopObserver) ForgetVMI(string, string)                           {}

@@ -1,0 +1,349 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func TestBuildPlan(t *testing.T) {
+	spec := &VMISpec{Volumes: []Volume{
+		{Name: "a", PersistentVolumeClaim: &PVCVolumeSource{ClaimName: "ca", Hotpluggable: true}},
+		{Name: "b", PersistentVolumeClaim: &PVCVolumeSource{ClaimName: "cb", Hotpluggable: true}},
+	}}
+	intent := func(name string, mode VolumeMode, attachable bool) volumeIntent {
+		return volumeIntent{Desired: DesiredVolume{Name: name, Mode: mode, LauncherUID: launcherUID}, Attachable: attachable}
+	}
+	unchanged := func(string, int64) bool { return false }
+	tests := []struct {
+		name string
+		in   planInput
+		want []string
+	}{
+		{"all healthy is empty", planInput{Spec: spec,
+			Intents:  []volumeIntent{intent("a", Filesystem, true), intent("b", Block, true)},
+			Observed: []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Block)}}, nil},
+		{"missing is attached", planInput{Spec: spec,
+			Intents: []volumeIntent{intent("a", Filesystem, true)}}, []string{"attach a"}},
+		{"stacked is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, true)},
+			Observed: []ObservedVolume{{Name: "a", Mode: Filesystem, Mounted: true, Stacked: 2}}}, []string{"attach a"}},
+		{"gone source is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, true)},
+			Observed: []ObservedVolume{{Name: "a", Mode: Filesystem, Mounted: true, Stacked: 1, SourceGone: true}}}, []string{"attach a"}},
+		{"removed from spec is detached first", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, true)},
+			Observed: []ObservedVolume{healthyObserved("zz", Filesystem)}}, []string{"detach zz", "attach a"}},
+		{"vmi gone detaches all", planInput{Observed: []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Block)}},
+			[]string{"detach a", "detach b"}},
+		{"not attachable healthy is kept", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, false)},
+			Observed: []ObservedVolume{healthyObserved("a", Filesystem)}}, nil},
+		{"refused healthy is kept", planInput{Spec: spec,
+			Intents:  []volumeIntent{{Desired: DesiredVolume{Name: "a", Mode: Filesystem}, Refused: &Refusal{Reason: "x"}}},
+			Observed: []ObservedVolume{healthyObserved("a", Filesystem)}}, nil},
+		{"resync verifies block and grows", planInput{Spec: spec, Resync: true, GrowFilesystems: true,
+			Intents:  []volumeIntent{intent("a", Filesystem, true), intent("b", Block, true)},
+			Observed: []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Block)}},
+			[]string{"verify b", "grow a", "grow b"}},
+		{"resync without grow-filesystems", planInput{Spec: spec, Resync: true,
+			Intents:  []volumeIntent{intent("a", Filesystem, true)},
+			Observed: []ObservedVolume{healthyObserved("a", Filesystem)}}, nil},
+		{"capacity change grows", planInput{Spec: spec, GrowFilesystems: true,
+			CapacityChanged: func(n string, _ int64) bool { return n == "a" },
+			Intents:         []volumeIntent{intent("a", Filesystem, true), intent("b", Filesystem, true)},
+			Observed:        []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Filesystem)}},
+			[]string{"grow a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.in.CapacityChanged == nil {
+				tt.in.CapacityChanged = unchanged
+			}
+			var got []string
+			for _, o := range buildPlan(tt.in) {
+				got = append(got, string(o.Kind)+" "+o.Name)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("plan = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// standard fixture: one filesystem volume "hp" on claim c1 bound to pv-1.
+func standardAgent(t *testing.T, mut func(*Config)) *testAgent {
+	ta := newTestAgent(t, mut, pvc("c1", "pv-1"), pvc("c2", "pv-2"))
+	ta.addPods(t, launcherPod(), attachmentPod())
+	return ta
+}
+
+func TestReconcileAttachThenEmptyPlan(t *testing.T) {
+	ta := standardAgent(t, nil)
+	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}, vol{name: "blk", claim: "c2", attachUID: attachUID, mode: "Block"}))
+	ctx := context.Background()
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	got := ta.engine.changing()
+	want := []string{"attach blk Block attach-uid/pv-2", "attach hp Filesystem attach-uid/pv-1", "grow blk 10737418240", "grow hp 10737418240"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+	if ev := ta.events(); !hasEvent(ev, "Normal VolumeMounted") {
+		t.Fatalf("events = %v", ev)
+	}
+	ta.engine.reset()
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := ta.engine.changing(); len(got) != 0 {
+		t.Fatalf("second reconcile made changing calls %v", got)
+	}
+	if calls := ta.engine.calls; !slices.Equal(calls, []string{"snapshot", "observe launcher-uid"}) {
+		t.Fatalf("second reconcile calls = %v, want one snapshot and one observe", calls)
+	}
+	if ev := ta.events(); len(ev) != 0 {
+		t.Fatalf("second reconcile events = %v", ev)
+	}
+}
+
+func TestReconcileAdoptOnStart(t *testing.T) {
+	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
+	ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem))
+	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+	if err := ta.reconcile(context.Background(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := ta.engine.changing(); len(got) != 0 {
+		t.Fatalf("adopting a correct mount made calls %v", got)
+	}
+}
+
+func TestReconcileDetachRemovedFromSpec(t *testing.T) {
+	ta := standardAgent(t, nil)
+	ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem), healthyObserved("old", Filesystem), healthyObserved("root", Filesystem))
+	// "root" is a non-hotpluggable volume still in spec: never detached.
+	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}, vol{name: "root", claim: "rc", notHotplug: true}))
+	if err := ta.reconcile(context.Background(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	var detaches []string
+	for _, c := range ta.engine.changing() {
+		if strings.HasPrefix(c, "detach") || strings.HasPrefix(c, "attach") {
+			detaches = append(detaches, c)
+		}
+	}
+	if !slices.Equal(detaches, []string{"detach launcher-uid old"}) {
+		t.Fatalf("calls = %v", detaches)
+	}
+	if ev := ta.events(); !hasEvent(ev, "Normal VolumeUnmounted") {
+		t.Fatalf("events = %v", ev)
+	}
+}
+
+func TestReconcileVMIDeletedCleansAndForgets(t *testing.T) {
+	ta := standardAgent(t, nil)
+	u := vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID})
+	ta.setVMI(t, u)
+	ctx := context.Background()
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	ta.engine.reset()
+	if err := ta.vmiInformer.GetIndexer().Delete(u); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"detach launcher-uid hp"}) {
+		t.Fatalf("calls = %v", got)
+	}
+	if _, ok := ta.states[testKey]; ok {
+		t.Fatal("state of a deleted VMI is still remembered")
+	}
+}
+
+func TestReconcileLauncherGoneCleans(t *testing.T) {
+	ta := standardAgent(t, nil)
+	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+	ctx := context.Background()
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	ta.engine.reset()
+	if err := ta.podInformer.GetIndexer().Delete(launcherPod()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"detach launcher-uid hp"}) {
+		t.Fatalf("calls = %v", got)
+	}
+}
+
+func TestReconcileTerminatedLauncherCleans(t *testing.T) {
+	ta := standardAgent(t, nil)
+	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+	ctx := context.Background()
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	ta.engine.reset()
+	ta.addPods(t, launcherPod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }))
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"detach launcher-uid hp"}) {
+		t.Fatalf("calls = %v", got)
+	}
+}
+
+func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
+	tests := []struct {
+		name   string
+		setup  func(t *testing.T, ta *testAgent)
+		vols   []vol
+		errors bool
+		event  string
+	}{
+		{
+			name: "pvc get fails",
+			setup: func(t *testing.T, ta *testAgent) {
+				ta.kube.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewServiceUnavailable("etcd is slow")
+				})
+			},
+			vols:   []vol{{name: "hp", claim: "c1", attachUID: attachUID}, {name: "new", claim: "c2", attachUID: attachUID}},
+			errors: true,
+		},
+		{
+			name: "pvc not found",
+			setup: func(t *testing.T, ta *testAgent) {
+				ta.kube.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c1")
+				})
+			},
+			vols:   []vol{{name: "hp", claim: "c1", attachUID: attachUID}},
+			errors: true,
+		},
+		{
+			name: "attachment pod replaced and gone",
+			vols: []vol{{name: "hp", claim: "c1", attachUID: "replaced-uid"}},
+		},
+		{
+			name: "attachment pod no longer publishes",
+			setup: func(t *testing.T, ta *testAgent) {
+				ta.engine.attachErr["hp"] = fmt.Errorf("stat source: %w", ErrNotPublished)
+				ta.engine.setObserved(launcherUID, ObservedVolume{Name: "hp", Mode: Block, DeviceMajor: 8, DeviceMinor: 16})
+				ta.resync[testKey] = true
+			},
+			vols: []vol{{name: "hp", claim: "c1", attachUID: attachUID, mode: "Block"}},
+		},
+		{
+			name: "attachment pod of another launcher",
+			setup: func(t *testing.T, ta *testAgent) {
+				ta.addPods(t, attachmentPod(func(p *corev1.Pod) { p.OwnerReferences[0].UID = otherPodUID }))
+			},
+			vols:  []vol{{name: "hp", claim: "c1", attachUID: attachUID}},
+			event: "Warning HotplugRefused",
+		},
+		{
+			name: "launcher fails a check",
+			setup: func(t *testing.T, ta *testAgent) {
+				ta.addPods(t, launcherPod(func(p *corev1.Pod) { p.Spec.Volumes = nil }))
+			},
+			vols:  []vol{{name: "hp", claim: "c1", attachUID: attachUID}},
+			event: "Warning HotplugRefused",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := standardAgent(t, nil)
+			if len(ta.engine.observed[launcherUID]) == 0 {
+				ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem))
+			}
+			// The launcher is known from an earlier reconcile.
+			ta.state(testKey).launchers[launcherUID] = true
+			if tt.setup != nil {
+				tt.setup(t, ta)
+			}
+			ta.setVMI(t, vmiObject(tt.vols...))
+			err := ta.reconcile(context.Background(), testKey)
+			if (err != nil) != tt.errors {
+				t.Fatalf("reconcile err = %v, want error %v", err, tt.errors)
+			}
+			for _, c := range ta.engine.changing() {
+				if strings.HasPrefix(c, "detach") {
+					t.Fatalf("detached: %v", ta.engine.changing())
+				}
+			}
+			if _, ok := ta.engine.observed[launcherUID]["hp"]; !ok {
+				t.Fatal("healthy mount was removed")
+			}
+			if ev := ta.events(); tt.event != "" && !hasEvent(ev, tt.event) {
+				t.Fatalf("events = %v, want %q", ev, tt.event)
+			}
+		})
+	}
+}
+
+func TestReconcileGrowReports(t *testing.T) {
+	tests := []struct {
+		name   string
+		result GrowResult
+		err    error
+		event  string
+		text   string
+	}{
+		{"grown", GrowResult{DeviceBytes: 10 << 30, FilesystemBefore: 5 << 30, FilesystemAfter: 10 << 30, FilesystemType: "xfs", Grown: true},
+			nil, "Normal FilesystemExpanded", "grew from 5Gi to 10Gi"},
+		{"missing capability", GrowResult{}, errors.New("grow ext4 on \"/dev/loop3\": operation not permitted (needs CAP_SYS_RESOURCE)"),
+			"Warning FilesystemExpansionFailed", "CAP_SYS_RESOURCE"},
+		{"shrink ignored", GrowResult{DeviceBytes: 20 << 30}, nil, "Warning ShrinkIgnored", "below the current size 20Gi"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := standardAgent(t, nil)
+			ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem))
+			ta.engine.grow["hp"], ta.engine.growErr["hp"] = tt.result, tt.err
+			ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+			if err := ta.reconcile(context.Background(), testKey); err != nil {
+				t.Fatal(err)
+			}
+			ev := ta.events()
+			found := false
+			for _, e := range ev {
+				if strings.HasPrefix(e, tt.event) && strings.Contains(e, tt.text) {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("events = %v, want %q with %q", ev, tt.event, tt.text)
+			}
+			// Same capacity again: no second growth check, no repeated event.
+			ta.engine.reset()
+			if err := ta.reconcile(context.Background(), testKey); err != nil {
+				t.Fatal(err)
+			}
+			if got := ta.engine.changing(); len(got) != 0 {
+				t.Fatalf("calls = %v", got)
+			}
+			// Capacity grew in the VMI status: checked again.
+			ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID, capacity: "30Gi"}))
+			if err := ta.reconcile(context.Background(), testKey); err != nil {
+				t.Fatal(err)
+			}
+			if got := ta.engine.changing(); !slices.Equal(got, []string{"grow hp 32212254720"}) {
+				t.Fatalf("calls = %v", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func TestVolumeStatusPatchShape(t *testing.T) {
+	u := vmiObject(
+		vol{name: "a", claim: "ca", attachUID: attachUID},
+		vol{name: "b", claim: "cb", attachUID: attachUID, phase: PhaseReady},
+		vol{name: "c", claim: "cc", attachUID: attachUID},
+	)
+	updates := map[string]statusUpdate{
+		"a": {PhaseMountedToPod, ReasonMountedToPod, "Volume a has been mounted in virt-launcher pod"},
+		"b": {PhaseMountedToPod, ReasonMountedToPod, "never regress Ready"},
+	}
+	raw, err := volumeStatusPatch(u, updates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []map[string]any
+	if err := json.Unmarshal(raw, &ops); err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 2 {
+		t.Fatalf("ops = %s", raw)
+	}
+	if ops[0]["op"] != "test" || ops[0]["path"] != "/status/volumeStatus" || len(ops[0]["value"].([]any)) != 3 {
+		t.Fatalf("first op = %v", ops[0])
+	}
+	if ops[1]["op"] != "replace" || ops[1]["path"] != "/status/volumeStatus/0" {
+		t.Fatalf("second op = %v", ops[1])
+	}
+	entry := ops[1]["value"].(map[string]any)
+	if entry["phase"] != PhaseMountedToPod || entry["reason"] != ReasonMountedToPod || entry["name"] != "a" || entry["hotplugVolume"] == nil {
+		t.Fatalf("replaced entry = %v", entry)
+	}
+
+	// Nothing to change: no patch.
+	done := vmiObject(vol{name: "a", claim: "ca", attachUID: attachUID, phase: PhaseMountedToPod})
+	if raw, err := volumeStatusPatch(done, updates); err != nil || raw != nil {
+		t.Fatalf("patch = %s, %v", raw, err)
+	}
+}
+
+func TestPatchVolumeStatusRetriesOnConflict(t *testing.T) {
+	ta := newTestAgent(t, func(c *Config) { c.ReportVolumeStatus = true })
+	u := vmiObject(vol{name: "a", claim: "ca", attachUID: attachUID})
+	ctx := context.Background()
+	if _, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patches, conflicts := 0, 1
+	ta.dyn.PrependReactor("patch", "virtualmachineinstances", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		if pa := a.(k8stesting.PatchAction); pa.GetSubresource() != "" {
+			t.Errorf("patched subresource %q; the VMI CRD has none", pa.GetSubresource())
+		}
+		if conflicts > 0 {
+			conflicts--
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "kubevirt.io", Resource: "virtualmachineinstances"}, testVMI, nil)
+		}
+		return false, nil, nil
+	})
+	err := ta.patchVolumeStatus(ctx, u, map[string]statusUpdate{"a": {PhaseMountedToPod, ReasonMountedToPod, "mounted"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if patches != 2 {
+		t.Fatalf("patches = %d, want 2 (conflict then success)", patches)
+	}
+	got, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Get(ctx, testVMI, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _, _ := unstructured.NestedSlice(got.Object, "status", "volumeStatus")
+	if phase := list[0].(map[string]any)["phase"]; phase != PhaseMountedToPod {
+		t.Fatalf("phase = %v", phase)
+	}
+}
+
+func TestReconcileReportsVolumeStatus(t *testing.T) {
+	ta := standardAgent(t, func(c *Config) { c.ReportVolumeStatus = true })
+	u := vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID})
+	ctx := context.Background()
+	if _, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ta.setVMI(t, u)
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Get(ctx, testVMI, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _, _ := unstructured.NestedSlice(got.Object, "status", "volumeStatus")
+	e := list[0].(map[string]any)
+	if e["phase"] != PhaseMountedToPod || e["message"] != "Volume hp has been mounted in virt-launcher pod" {
+		t.Fatalf("entry = %v", e)
+	}
+}
+
+func TestHealthHandler(t *testing.T) {
+	var gateErr error
+	ta := newTestAgent(t, func(c *Config) {
+		c.ReadinessGate = func(context.Context) error { return gateErr }
+	})
+	ta.synced.Store(false)
+	srv := httptest.NewServer(ta.HealthHandler())
+	t.Cleanup(srv.Close)
+	status := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := status("/healthz"); s != 200 {
+		t.Fatalf("healthz = %d", s)
+	}
+	if s := status("/readyz"); s != 503 {
+		t.Fatalf("readyz before sync = %d", s)
+	}
+	ta.synced.Store(true)
+	gateErr = context.DeadlineExceeded
+	if s := status("/readyz"); s != 503 {
+		t.Fatalf("readyz with failing gate = %d", s)
+	}
+	gateErr = nil
+	if s := status("/readyz"); s != 200 {
+		t.Fatalf("readyz = %d", s)
+	}
+}

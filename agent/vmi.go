@@ -1,0 +1,188 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// VMIResource is the KubeVirt VirtualMachineInstance resource.
+var VMIResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
+
+// KubeVirt names the agent relies on.
+const (
+	VMIKind               = "VirtualMachineInstance"
+	VMIAPIVersion         = "kubevirt.io/v1"
+	LabelNodeName         = "kubevirt.io/nodeName"
+	LabelApp              = "kubevirt.io"
+	LabelCreatedBy        = "kubevirt.io/created-by"
+	AppVirtLauncher       = "virt-launcher"
+	AppHotplugDisk        = "hotplug-disk"
+	HotplugDisksVolume    = "hotplug-disks"
+	PhaseMountedToPod     = "MountedToPod"
+	PhaseUnMountedFromPod = "UnMountedFromPod"
+	PhaseReady            = "Ready"
+	ReasonMountedToPod    = "VolumeMountedToPod"
+	ReasonUnMounted       = "VolumeUnMountedFromPod"
+)
+
+// VMI holds the few fields of a KubeVirt VirtualMachineInstance the agent
+// reads. Unknown fields are ignored.
+type VMI struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              VMISpec   `json:"spec,omitempty"`
+	Status            VMIStatus `json:"status,omitempty"`
+}
+
+// VMISpec is the part of spec the agent reads.
+type VMISpec struct {
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is one entry of spec.volumes.
+type Volume struct {
+	Name                  string                  `json:"name"`
+	PersistentVolumeClaim *PVCVolumeSource        `json:"persistentVolumeClaim,omitempty"`
+	DataVolume            *DataVolumeVolumeSource `json:"dataVolume,omitempty"`
+}
+
+// PVCVolumeSource is spec.volumes[].persistentVolumeClaim.
+type PVCVolumeSource struct {
+	ClaimName    string `json:"claimName"`
+	Hotpluggable bool   `json:"hotpluggable,omitempty"`
+}
+
+// DataVolumeVolumeSource is spec.volumes[].dataVolume; its PVC has the
+// DataVolume's name.
+type DataVolumeVolumeSource struct {
+	Name         string `json:"name"`
+	Hotpluggable bool   `json:"hotpluggable,omitempty"`
+}
+
+// VMIStatus is the part of status the agent reads.
+type VMIStatus struct {
+	NodeName     string               `json:"nodeName,omitempty"`
+	ActivePods   map[types.UID]string `json:"activePods,omitempty"`
+	VolumeStatus []VolumeStatus       `json:"volumeStatus,omitempty"`
+}
+
+// VolumeStatus is one entry of status.volumeStatus.
+type VolumeStatus struct {
+	Name                      string                     `json:"name"`
+	Target                    string                     `json:"target,omitempty"`
+	Phase                     string                     `json:"phase,omitempty"`
+	Reason                    string                     `json:"reason,omitempty"`
+	Message                   string                     `json:"message,omitempty"`
+	HotplugVolume             *HotplugVolumeStatus       `json:"hotplugVolume,omitempty"`
+	PersistentVolumeClaimInfo *PersistentVolumeClaimInfo `json:"persistentVolumeClaimInfo,omitempty"`
+}
+
+// HotplugVolumeStatus names the attachment pod of a hotplug volume.
+type HotplugVolumeStatus struct {
+	AttachPodName string    `json:"attachPodName,omitempty"`
+	AttachPodUID  types.UID `json:"attachPodUID,omitempty"`
+}
+
+// PersistentVolumeClaimInfo is what KubeVirt copied from the PVC.
+type PersistentVolumeClaimInfo struct {
+	ClaimName  string              `json:"claimName,omitempty"`
+	VolumeMode string              `json:"volumeMode,omitempty"`
+	Capacity   corev1.ResourceList `json:"capacity,omitempty"`
+	Requests   corev1.ResourceList `json:"requests,omitempty"`
+	// FilesystemOverhead is a decimal string in KubeVirt, e.g. "0.055".
+	FilesystemOverhead string `json:"filesystemOverhead,omitempty"`
+}
+
+// DecodeVMI converts an unstructured VMI. It never panics: malformed input
+// gives an error naming the object.
+func DecodeVMI(u *unstructured.Unstructured) (vmi *VMI, err error) {
+	if u == nil {
+		return nil, errors.New("decode vmi: nil object")
+	}
+	name := u.GetNamespace() + "/" + u.GetName()
+	defer func() {
+		if r := recover(); r != nil {
+			vmi, err = nil, fmt.Errorf("decode vmi %q: %v", name, r)
+		}
+	}()
+	out := &VMI{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), out); err != nil {
+		return nil, fmt.Errorf("decode vmi %q: %w", name, err)
+	}
+	return out, nil
+}
+
+// Hotpluggable reports whether the volume is hotpluggable and the claim
+// that backs it.
+func (v Volume) Hotpluggable() (claim string, ok bool) {
+	switch {
+	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable:
+		return v.PersistentVolumeClaim.ClaimName, true
+	case v.DataVolume != nil && v.DataVolume.Hotpluggable:
+		return v.DataVolume.Name, true
+	}
+	return "", false
+}
+
+// VolumeStatusByName returns the status entry of a volume, or nil.
+func (s *VMIStatus) VolumeStatusByName(name string) *VolumeStatus {
+	for i := range s.VolumeStatus {
+		if s.VolumeStatus[i].Name == name {
+			return &s.VolumeStatus[i]
+		}
+	}
+	return nil
+}
+
+// HasVolume reports whether spec.volumes names the volume.
+func (s *VMISpec) HasVolume(name string) bool {
+	for _, v := range s.Volumes {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Mode is the volume mode, Filesystem when KubeVirt left it empty.
+func (i *PersistentVolumeClaimInfo) Mode() VolumeMode {
+	if i == nil || i.VolumeMode == "" {
+		return Filesystem
+	}
+	return VolumeMode(i.VolumeMode)
+}
+
+// CapacityBytes is capacity.storage in bytes, 0 when unknown.
+func (i *PersistentVolumeClaimInfo) CapacityBytes() int64 {
+	if i == nil {
+		return 0
+	}
+	q, ok := i.Capacity[corev1.ResourceStorage]
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// Overhead parses filesystemOverhead; empty is 0.
+func (i *PersistentVolumeClaimInfo) Overhead() (float64, error) {
+	if i == nil || i.FilesystemOverhead == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(i.FilesystemOverhead, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse filesystem overhead %q: %w", i.FilesystemOverhead, err)
+	}
+	if f < 0 || f >= 1 {
+		return 0, fmt.Errorf("filesystem overhead %q is not in [0, 1)", i.FilesystemOverhead)
+	}
+	return f, nil
+}

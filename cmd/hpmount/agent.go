@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hpmount/hpmount/agent"
+)
+
+func newAgentCommand() *cobra.Command {
+	cfg := agent.DefaultConfig()
+	cfg.NodeName = os.Getenv("NODE_NAME")
+	var cgroupMode string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the per-node hotplug agent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.CgroupMode = agent.CgroupMode(cgroupMode)
+			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			return runAgent(cmd, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	f.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "node this agent serves (default $NODE_NAME)")
+	f.StringVar(&cfg.KubeletRoot, "kubelet-root", cfg.KubeletRoot, "kubelet root directory")
+	f.StringVar(&cfg.HostProc, "host-proc", cfg.HostProc, "the host's /proc")
+	f.IntVar(&cfg.HostPID, "host-pid", cfg.HostPID, "a host process whose mount namespace and mountinfo are the host's")
+	f.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "where the cgroup hierarchies are mounted")
+	f.StringVar(&cgroupMode, "cgroup-mode", string(cfg.CgroupMode), "device cgroup flavour: auto, v1 or v2")
+	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "address of /metrics; empty disables")
+	f.StringVar(&cfg.HealthAddress, "health-address", cfg.HealthAddress, "address of /healthz and /readyz; empty disables")
+	f.IntVar(&cfg.QEMUUID, "qemu-uid", cfg.QEMUUID, "owner uid of what is made in the launcher")
+	f.IntVar(&cfg.QEMUGID, "qemu-gid", cfg.QEMUGID, "owner gid of what is made in the launcher")
+	f.BoolVar(&cfg.ReportVolumeStatus, "report-volume-status", cfg.ReportVolumeStatus, "patch the VMI's status.volumeStatus (MountedToPod/UnMountedFromPod)")
+	f.BoolVar(&cfg.GrowFilesystems, "grow-filesystems", cfg.GrowFilesystems, "grow mounted filesystem-mode volumes online")
+	f.BoolVar(&cfg.ExpandDiskImages, "expand-disk-images", cfg.ExpandDiskImages, "also grow disk.img after its filesystem grew")
+	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "how often every VMI is reconciled without an API change")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "reconcile workers")
+	return cmd
+}
+
+func runAgent(cmd *cobra.Command, cfg agent.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rc, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.UserAgent = "hpmount/" + version
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	engine, err := newEngine(cfg)
+	if err != nil {
+		return fmt.Errorf("node engine: %w", err)
+	}
+	a, err := agent.New(cfg, kube, dyn, engine)
+	if err != nil {
+		return err
+	}
+	return a.Run(cmd.Context())
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %q: %w", kubeconfig, err)
+	}
+	return rc, nil
+}

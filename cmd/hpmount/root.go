@@ -1,0 +1,14 @@
+package main
+
+import "github.com/spf13/cobra"
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "hpmount",
+		Short:         "Node side of KubeVirt volume hotplug",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newAgentCommand(), newVersionCommand())
+	return root
+}
