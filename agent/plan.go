@@ -79,7 +79,10 @@ func buildPlan(in planInput) []op {
 			case it.Attachable && it.Desired.Mode == Block && in.Resync:
 				attaches = append(attaches, op{Kind: opVerify, Name: it.Desired.Name, Intent: it, Observed: o})
 			}
-			if !ok && !it.Attachable {
+			if !ok {
+				// A volume attached in this pass is not in this pass's
+				// mount table snapshot; its growth check runs in the
+				// pass that follows the attach.
 				continue
 			}
 			if it.Desired.Mode == Filesystem && !in.GrowFilesystems {

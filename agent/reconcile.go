@@ -130,6 +130,7 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 	}
 	updates := map[string]statusUpdate{}
 	failed := map[string]bool{}
+	attached := false
 	var errs []error
 	for _, o := range plan {
 		vlog := log.With("volume", o.Name, "op", string(o.Kind))
@@ -147,6 +148,9 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 			ok, err := a.applyAttach(ctx, snap, st, ref, vlog, o)
 			if err != nil {
 				errs = append(errs, err)
+			}
+			if ok && !healthy(o.Observed, o.Intent.Desired.Mode) {
+				attached = true
 			}
 			if ok {
 				mounted[o.Name] = true
@@ -184,6 +188,11 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 		if it.Transient != nil {
 			errs = append(errs, fmt.Errorf("volume %q: %w", name, it.Transient))
 		}
+	}
+	if attached {
+		// Check what was just attached (growth, sizes) against a fresh
+		// snapshot soon, rather than waiting for the resync.
+		a.queue.AddAfter(key, time.Second)
 	}
 	if a.cfg.ReportVolumeStatus && len(updates) > 0 {
 		if err := a.patchVolumeStatus(ctx, u, updates); err != nil {

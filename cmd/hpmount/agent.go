@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/metrics"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -69,6 +70,10 @@ func runAgent(cmd *cobra.Command, cfg agent.Config) error {
 	if err != nil {
 		return fmt.Errorf("node engine: %w", err)
 	}
+	m := metrics.New(version, commit)
+	cfg.Observer = m
+	cfg.MetricsHandler = m.Handler()
+	cfg.ReadinessGate = propagationGate(cfg)
 	a, err := agent.New(cfg, kube, dyn, engine)
 	if err != nil {
 		return err

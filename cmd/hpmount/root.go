@@ -9,6 +9,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newAgentCommand(), newVersionCommand())
+	root.AddCommand(newDiagCommand(), newAgentCommand(), newVersionCommand())
 	return root
 }

@@ -126,7 +126,7 @@ func (s VMISpec) Object() *unstructured.Unstructured {
 			mode = "Block"
 		}
 		st := map[string]any{
-			"name": v.Name, "target": "", "phase": "Ready",
+			"name": v.Name, "target": "", "phase": "AttachedToNode",
 			"persistentVolumeClaimInfo": map[string]any{
 				"claimName": v.Claim, "volumeMode": mode, "filesystemOverhead": "0.055",
 				"capacity": map[string]any{"storage": v.Capacity},
@@ -165,6 +165,7 @@ func (c *Controller) ApplyVMI(ctx context.Context, s VMISpec) (*unstructured.Uns
 		return res.Create(ctx, want, metav1.CreateOptions{})
 	}
 	cur.Object["spec"] = want.Object["spec"]
+	keepVolumePhases(cur.Object, want.Object)
 	cur.Object["status"] = want.Object["status"]
 	cur.SetLabels(want.GetLabels())
 	return res.Update(ctx, cur, metav1.UpdateOptions{})
@@ -195,3 +196,31 @@ func (c *Controller) EnsureNamespace(ctx context.Context, ns string) error {
 
 // Mi renders a size in MiB as a quantity string.
 func Mi(n int64) string { return strconv.FormatInt(n, 10) + "Mi" }
+
+// keepVolumePhases carries the phase, reason and message of volumes that
+// already have a status into the new status: virt-handler (here, the agent)
+// owns them once the volume is attached.
+func keepVolumePhases(cur, want map[string]any) {
+	old, _, _ := unstructured.NestedSlice(cur, "status", "volumeStatus")
+	next, _, _ := unstructured.NestedSlice(want, "status", "volumeStatus")
+	byName := map[any]map[string]any{}
+	for _, o := range old {
+		if m, ok := o.(map[string]any); ok {
+			byName[m["name"]] = m
+		}
+	}
+	for _, n := range next {
+		m, ok := n.(map[string]any)
+		if !ok {
+			continue
+		}
+		if prev, ok := byName[m["name"]]; ok {
+			for _, k := range []string{"phase", "reason", "message"} {
+				if v, ok := prev[k]; ok {
+					m[k] = v
+				}
+			}
+		}
+	}
+	_ = unstructured.SetNestedSlice(want, next, "status", "volumeStatus")
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/hpmount/hpmount/diag"
+)
+
+// newDiagCommand is `hpmount diag`: a read-only explanation of every hotplug
+// volume of the VMIs on this node. Exit status: 0 all ok, 1 problems found,
+// 2 could not run.
+func newDiagCommand() *cobra.Command {
+	opts := diag.DefaultOptions()
+	opts.NodeName = os.Getenv("NODE_NAME")
+	var kubeconfig, output string
+	cmd := &cobra.Command{
+		Use:   "diag [VMI...]",
+		Short: "Explain the hotplug volumes of the VMIs on this node (read-only)",
+		Long: "diag explains every hotplug volume of the VMIs on this node, from the VMI status down to the\n" +
+			"kernel's mount table, with a verdict and a hint. It changes nothing.\n" +
+			"Exit status: 0 all ok, 1 problems found, 2 could not run.",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.VMIs = args
+			code := runDiag(cmd, opts, kubeconfig, output)
+			if code != diag.ExitOK {
+				os.Exit(code)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	f.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "namespace of the VMIs")
+	f.BoolVar(&opts.AllNamespaces, "all", false, "VMIs of all namespaces")
+	f.StringVarP(&output, "output", "o", diag.FormatTable, "output format: table, wide, json or yaml")
+	f.StringVar(&opts.NodeName, "node-name", opts.NodeName, "node to diagnose (default $NODE_NAME)")
+	f.StringVar(&opts.KubeletRoot, "kubelet-root", opts.KubeletRoot, "kubelet root directory")
+	f.StringVar(&opts.HostProc, "host-proc", opts.HostProc, "the host's /proc")
+	f.IntVar(&opts.HostPID, "host-pid", opts.HostPID, "a host process whose mount namespace and mountinfo are the host's")
+	f.StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "where the cgroup hierarchies are mounted")
+	f.StringVar(&opts.CgroupMode, "cgroup-mode", opts.CgroupMode, "device cgroup flavour: auto, v1 or v2")
+	f.StringVar(&opts.MountSource, "mount-source", opts.MountSource, "how to read the mount table: auto, findmnt or mountinfo")
+	return cmd
+}
+
+func runDiag(cmd *cobra.Command, opts diag.Options, kubeconfig, output string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(cmd.ErrOrStderr(), "hpmount diag:", err)
+		return diag.ExitCannotRun
+	}
+	switch output {
+	case diag.FormatTable, diag.FormatWide, diag.FormatJSON, diag.FormatYAML:
+	default:
+		return fail(fmt.Errorf("output format %q: want table, wide, json or yaml", output))
+	}
+	rc, err := restConfig(kubeconfig)
+	if err != nil {
+		return fail(err)
+	}
+	rc.UserAgent = "hpmount-diag/" + version
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fail(fmt.Errorf("kubernetes client: %w", err))
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fail(fmt.Errorf("dynamic client: %w", err))
+	}
+	rep, err := diag.Run(cmd.Context(), opts, diag.Clients{Kube: kube, Dyn: dyn})
+	if err != nil {
+		return fail(err)
+	}
+	if err := diag.Render(cmd.OutOrStdout(), rep, output); err != nil {
+		return fail(err)
+	}
+	return diag.ExitCode(rep, nil)
+}

@@ -1,0 +1,140 @@
+package diag
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/agent"
+)
+
+// cluster is what the API says about the node: its VMIs and pods.
+type apiView struct {
+	// selected are the VMIs the report is about, sorted by namespace/name.
+	selected []*agent.VMI
+	// all are every VMI on the node, for the orphan search; nil when they
+	// could not be listed.
+	all []*agent.VMI
+	// pods are the node's pods by UID, from the namespaces listed.
+	pods map[types.UID]*corev1.Pod
+	c    Clients
+}
+
+// collect lists the VMIs of the node and the pods they refer to.
+func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (*apiView, error) {
+	cl := &apiView{pods: map[types.UID]*corev1.Pod{}, c: c}
+	ns := opts.Namespace
+	if opts.AllNamespaces {
+		ns = metav1.NamespaceAll
+	} else if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	selected, err := listVMIs(ctx, c, ns, opts.NodeName)
+	if err != nil {
+		return nil, cannotRun("list VirtualMachineInstances", err)
+	}
+	if cl.selected, err = filterNames(selected, opts.VMIs, ns); err != nil {
+		return nil, err
+	}
+	if ns == metav1.NamespaceAll {
+		cl.all = selected
+	} else if all, err := listVMIs(ctx, c, metav1.NamespaceAll, opts.NodeName); err == nil {
+		cl.all = all
+	} else {
+		warn(fmt.Sprintf("orphans searched only in the launchers of namespace %q: list VMIs of all namespaces: %v", ns, err))
+	}
+	if err := cl.listPods(ctx, opts.NodeName, ns); err != nil {
+		return nil, cannotRun("list pods", err)
+	}
+	if ns != metav1.NamespaceAll && cl.all != nil {
+		// Orphans in other namespaces' launchers are named when allowed.
+		_ = cl.listPods(ctx, opts.NodeName, metav1.NamespaceAll)
+	}
+	return cl, nil
+}
+
+func listVMIs(ctx context.Context, c Clients, ns, node string) ([]*agent.VMI, error) {
+	sel := labels.Set{agent.LabelNodeName: node}.AsSelector().String()
+	list, err := c.Dyn.Resource(agent.VMIResource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	var out []*agent.VMI
+	for i := range list.Items {
+		vmi, err := agent.DecodeVMI(&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, vmi)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// filterNames keeps the VMIs named; a name that is not on the node is an
+// error, since the user asked about it.
+func filterNames(vmis []*agent.VMI, names []string, ns string) ([]*agent.VMI, error) {
+	if len(names) == 0 {
+		return vmis, nil
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []*agent.VMI
+	for _, v := range vmis {
+		if want[v.Name] {
+			out = append(out, v)
+			delete(want, v.Name)
+		}
+	}
+	if len(want) > 0 {
+		missing := make([]string, 0, len(want))
+		for n := range want {
+			missing = append(missing, n)
+		}
+		sort.Strings(missing)
+		return nil, cannotRunf("find VirtualMachineInstances", "%v not found on this node in namespace %q", missing, ns)
+	}
+	return out, nil
+}
+
+func (cl *apiView) listPods(ctx context.Context, node, ns string) error {
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	list, err := cl.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return err
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		cl.pods[p.UID] = p
+	}
+	return nil
+}
+
+// pvName returns the PV bound to claim.
+func (cl *apiView) pvName(ctx context.Context, ns, claim string) (string, error) {
+	pvc, err := cl.c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("claim %s/%s not found", ns, claim)
+	}
+	if err != nil {
+		return "", fmt.Errorf("get claim %s/%s: %w", ns, claim, err)
+	}
+	if pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("claim %s/%s is not bound", ns, claim)
+	}
+	return pvc.Spec.VolumeName, nil
+}

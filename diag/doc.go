@@ -1,0 +1,101 @@
+// Package diag is the library behind `hpmount diag`: a read-only, findmnt-
+// style explanation of every hotplug volume of the VMIs on one node, from
+// the VMI status down to the kernel's mount table.
+//
+// Run(ctx, Options, Clients) lists the node's VMIs (label
+// kubevirt.io/nodeName), their launcher and attachment pods, and for each
+// hotpluggable volume looks at the node as the agent would, in the host
+// mount namespace (<host-proc>/<host-pid>/ns/mnt), beneath the kubelet root,
+// never following a symlink and never changing anything: no mount, mknod,
+// chown, cgroup write or API write. Render(w, report, format) prints it.
+//
+// The mount table is read once per run, with `findmnt --json --list
+// --nofsroot` (FindmntArgs) or from <host-proc>/<host-pid>/mountinfo
+// (mount.ReadTable); ParseFindmnt turns findmnt's JSON into []mount.Info so
+// both feed the same mount.Table and the same logic.
+//
+// # Verdicts
+//
+// Each volume gets the first verdict that applies, in this order, and every
+// verdict but ok has a one-line hint:
+//
+//   - refused: the agent will not touch the volume: the volume name is not
+//     one plain file name; the launcher pod does not belong to the VMI; the
+//     attachment pod is not controlled by the launcher; disk.img is a
+//     symlink, device, FIFO or socket, has more than one hard link or is a
+//     mount of its own; the target <vol>.img is not a regular file (or the
+//     block target not a block device). Hint: fix what the detail names;
+//     hpmount never touches it.
+//   - error: the volume could not be inspected (permissions, I/O). Hint:
+//     run diag with the agent's privileges (kubectl exec into the agent pod).
+//   - propagation-broken: propagation.CheckShared fails for
+//     <kubelet-root>/pods, so mounts never reach launchers. Hint: `mount
+//     --make-rshared <mount point>` on the host, made persistent as the
+//     detail (the propagation error) says, then recreate launcher pods.
+//   - not-mounted: nothing at the target. Hints by cause: no running
+//     launcher on this node (check the VMI and its pods); no attachment pod
+//     yet (wait for virt-controller); the kubelet does not publish the
+//     volume (describe the attachment pod); else the agent has not attached
+//     it (check that it runs, its logs and the VMI's events).
+//   - stale-source: the mounted disk.img was deleted, its device is gone
+//     (e.g. a lazily detached loop), or it is another file than the one the
+//     attachment pod publishes; for a block volume, the node's device no
+//     longer exists. Hint: the agent replaces it on its next reconcile, or
+//     `umount <target>` (block: `rm <target>`).
+//   - stacked: more than one mount on <vol>.img. Hint: "unmount all but
+//     one: `umount <target>` N-1 times, the agent will remount".
+//   - wrong-device: the block node's major:minor is not the device the
+//     kubelet published for the attachment pod. Hint: the agent replaces it,
+//     or `rm <target>` and let it recreate the node.
+//   - not-allowed: the launcher's device cgroup (DeviceRules.Allowed for the
+//     launcher pod UID) does not allow the block node's device. Hint: check
+//     the agent's --cgroup-root/--cgroup-mode and logs.
+//   - needs-fs-expand: the block device under the file bind is larger than
+//     the filesystem's own size (ext superblock, xfs geometry) by more than
+//     mount.GrowSlackBytes: the volume was expanded after its attachment pod
+//     was replaced. Hint: "the filesystem is smaller than its device: run the
+//     agent with --grow-filesystems, or `xfs_growfs <target>`" (ext4:
+//     resize2fs on the device).
+//   - ok: mounted once, from the published disk.img (or, when the
+//     attachment pod no longer publishes it, from a live source), or a block
+//     node of the published device that the cgroup allows.
+//
+// Orphans get the verdict orphan: a mounted <x>.img or a block node in the
+// hotplug-disks directory of a pod under <kubelet-root>/pods that no VMI on
+// this node has in spec.volumes. Hint: the agent removes it when it
+// reconciles the launcher's VMI; if the VMI is gone, `umount <target> && rm
+// <target>` (block: `rm <target>`). Without the right to list VMIs of all
+// namespaces only launchers of the listed VMIs are searched (a warning says
+// so); with VMI names given, only their launchers.
+//
+// # Exit codes
+//
+// ExitCode(report, err): 0 every volume ok and no orphan, 1 problems found
+// (Report.Problems > 0), 2 could not run (Run returned a *CannotRunError:
+// bad options, API unreachable, mount table unreadable, VMI not on node).
+//
+// # Schema (JSON and YAML, apiVersion hpmount.io/diag/v1)
+//
+// Field names are lowerCamel; sizes are bytes, 0 or absent when unknown.
+//
+//	apiVersion: hpmount.io/diag/v1
+//	node, kubeletRoot, mountSource ("findmnt"|"mountinfo")
+//	propagation: {path, shared, mountPoint, mode, error}
+//	volumes: - namespace, vmi, volume, claim, pvName, mode (Filesystem|Block),
+//	           phase, reason,
+//	           launcherPod: {name, uid}, attachmentPod: {name, uid, publishes},
+//	           expectedSource, target,
+//	           mount: {id, source, fsRoot, target, fsType, majMin, propagation, stacked},
+//	           device: {node, published, cgroupAllowed}        (Block only)
+//	           sizes: {pvcCapacity, blockDevice, filesystem, filesystemStatfs, diskImage},
+//	           verdict, hint, detail
+//	orphans: - launcherPodUID, launcherPod, name, kind (mount|block-node),
+//	           target, mount, device, verdict (orphan), hint
+//	problems: N
+//	warnings: [...]
+//
+// The table format fits 120 columns (NAMESPACE/VMI, VOLUME, MODE, PHASE,
+// VERDICT, SOURCE[FSROOT] truncated in the middle, SIZE = PVC capacity) with
+// the hints below it; wide adds TARGET, MAJ:MIN, PROPAGATION, STACKED,
+// ATTACH-POD, DEVICE/FS/IMG sizes and HINT and is not width-limited.
+package diag

@@ -1,0 +1,333 @@
+package diag
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mount"
+)
+
+// inspector looks at the node for one Run. Everything it does is read-only.
+type inspector struct {
+	opts     *Options
+	table    *mount.Table
+	ns       *isolation.MountNamespace
+	attacher *mount.Attacher
+	nodes    *blockdev.Nodes
+	grower   *mount.Grower
+	// rules is nil when the device cgroups could not be found; rulesErr
+	// says why.
+	rules    blockdev.DeviceRules
+	rulesErr error
+	propErr  error
+}
+
+func hotplugDisksRel(podUID string) string {
+	return path.Join("pods", podUID, "volumes", "kubernetes.io~empty-dir", agent.HotplugDisksVolume)
+}
+
+func (in *inspector) hostPath(rel string) string { return filepath.Join(in.opts.KubeletRoot, rel) }
+
+// volumeCtx is what one volume's inspection starts from.
+type volumeCtx struct {
+	vmi      *agent.VMI
+	launcher *corev1.Pod
+	status   *agent.VolumeStatus
+	attach   *corev1.Pod // verified attachment pod, nil if none
+	pvName   string
+}
+
+// inspectVMI inspects every hotpluggable volume of vmi.
+func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *agent.VMI) []Volume {
+	launcher, lref := findLauncher(vmi, in.opts.NodeName, cl.pods)
+	var out []Volume
+	for _, sv := range vmi.Spec.Volumes {
+		claim, ok := sv.Hotpluggable()
+		if !ok {
+			continue
+		}
+		v := Volume{Namespace: vmi.Namespace, VMI: vmi.Name, Volume: sv.Name, Claim: claim, Mode: string(agent.Filesystem)}
+		f := &findings{}
+		vc := volumeCtx{vmi: vmi, launcher: launcher, status: vmi.Status.VolumeStatusByName(sv.Name)}
+		in.fillStatus(&v, vc.status)
+		f.block = v.Mode == string(agent.Block)
+		switch {
+		case blockdev.ValidName(sv.Name) != nil:
+			f.refused = blockdev.ValidName(sv.Name).Error()
+		case lref != nil:
+			f.refused = lref.msg
+		case launcher == nil:
+			f.notMounted = whyNoLauncher
+		default:
+			in.inspectVolume(ctx, cl, &v, f, &vc)
+		}
+		if f.refused == "" && f.err == nil && in.propErr != nil {
+			f.propagation = in.propErr
+		}
+		judge(&v, f)
+		out = append(out, v)
+	}
+	return out
+}
+
+func (in *inspector) fillStatus(v *Volume, st *agent.VolumeStatus) {
+	if st == nil {
+		return
+	}
+	v.Phase, v.Reason = st.Phase, st.Reason
+	info := st.PersistentVolumeClaimInfo
+	v.Mode = string(info.Mode())
+	v.Sizes.PVCCapacity = info.CapacityBytes()
+	if info != nil && v.Claim == "" {
+		v.Claim = info.ClaimName
+	}
+}
+
+func (in *inspector) inspectVolume(ctx context.Context, cl *apiView, v *Volume, f *findings, vc *volumeCtx) {
+	v.LauncherPod = &PodRef{Name: vc.launcher.Name, UID: string(vc.launcher.UID)}
+	targetDir := hotplugDisksRel(string(vc.launcher.UID))
+	name := v.Volume
+	if !f.block {
+		name = mount.TargetName(v.Volume)
+	}
+	v.Target = in.hostPath(path.Join(targetDir, name))
+	f.target = v.Target
+	in.checkAttachment(ctx, cl, v, f, vc)
+	if f.refused != "" {
+		return
+	}
+	if f.block {
+		in.inspectBlock(v, f, vc, targetDir)
+	} else {
+		in.inspectFilesystem(v, f, vc, targetDir)
+	}
+}
+
+// checkAttachment verifies the attachment pod and finds the PV name.
+func (in *inspector) checkAttachment(ctx context.Context, cl *apiView, v *Volume, f *findings, vc *volumeCtx) {
+	st := vc.status
+	if st == nil || st.HotplugVolume == nil || st.HotplugVolume.AttachPodUID == "" {
+		return
+	}
+	uid := st.HotplugVolume.AttachPodUID
+	v.AttachmentPod = &PodRef{Name: st.HotplugVolume.AttachPodName, UID: string(uid)}
+	pod, ok := cl.pods[uid]
+	if !ok {
+		return
+	}
+	v.AttachmentPod.Name = pod.Name
+	if r := checkAttachmentPod(vc.launcher, pod); r != nil {
+		f.refused = r.msg
+		return
+	}
+	vc.attach = pod
+	pv, err := cl.pvName(ctx, vc.vmi.Namespace, v.Claim)
+	if err != nil {
+		v.Detail = err.Error()
+		return
+	}
+	v.PVName, vc.pvName = pv, pv
+}
+
+// notMountedWhy explains an empty target from what is known upstream.
+func notMountedWhy(v *Volume, vc *volumeCtx, fallback string) string {
+	switch {
+	case v.AttachmentPod == nil:
+		return whyNoAttachment
+	case vc.attach == nil:
+		return whyNoAttachPod
+	case v.AttachmentPod.Publishes != nil && !*v.AttachmentPod.Publishes:
+		return whyUnpublished
+	}
+	return fallback
+}
+
+func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
+	file := mount.TargetName(v.Volume)
+	var want *mount.Info // the published volume's mount
+	var wantRoot string
+	if vc.attach != nil && vc.pvName != "" {
+		rel, err := in.attacher.FindPublished(string(vc.attach.UID), vc.pvName)
+		switch {
+		case errors.Is(err, mount.ErrNotPublished):
+			v.AttachmentPod.Publishes = ptr(false)
+		case errors.Is(err, isolation.ErrUnsafePath):
+			f.refused = err.Error()
+			return
+		case err != nil:
+			f.err = err
+			return
+		default:
+			v.AttachmentPod.Publishes = ptr(true)
+			v.ExpectedSource = in.hostPath(path.Join(rel, "disk.img"))
+			size, err := in.checkDiskImage(rel)
+			if errors.Is(err, fs.ErrNotExist) {
+				// Deleted after it was mounted: what is mounted is judged below.
+				v.Detail = joinDetail(v.Detail, "the published volume has no disk.img")
+				break
+			}
+			if errors.Is(err, isolation.ErrUnsafePath) {
+				f.refused = err.Error()
+				return
+			} else if err != nil {
+				f.err = err
+				return
+			}
+			v.Sizes.DiskImage = size
+			if want = in.table.Containing(in.hostPath(rel)); want != nil {
+				wantRoot = path.Join(want.Root, path.Clean("/"+trimMountPoint(in.hostPath(rel), want.MountPoint)), "disk.img")
+			}
+		}
+	}
+	e, err := in.statEntry(targetDir, file)
+	if err != nil {
+		f.err = err
+		return
+	}
+	if e.exists && e.kind != "regular file" {
+		f.refused = fmt.Sprintf("target %q: %v: is a %s, not a regular file", v.Target, isolation.ErrUnsafePath, e.kind)
+		return
+	}
+	obs, err := in.observed(targetDir, v.Volume)
+	if err != nil {
+		f.err = err
+		return
+	}
+	if obs == nil || !obs.Mounted {
+		f.notMounted = notMountedWhy(v, vc, whyNotMounted)
+		return
+	}
+	m := in.table.ByID(obs.MountID)
+	if m == nil {
+		m, _ = in.table.Top(v.Target)
+	}
+	v.Mount = mountEntry(m, obs.Depth)
+	f.stacked = obs.Depth
+	switch {
+	case obs.SourceGone:
+		f.stale = fmt.Sprintf("the mounted file %s was deleted or its device %s is gone", v.Mount.SourceWithRoot(), obs.Dev)
+	case want != nil && m != nil && (m.Dev() != want.Dev() || m.Root != wantRoot):
+		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s[%s] (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, wantRoot, want.Dev())
+	default:
+		in.measure(v, f, targetDir)
+	}
+}
+
+// trimMountPoint returns p relative to the mount point mp it lives on.
+func trimMountPoint(p, mp string) string {
+	rel, err := filepath.Rel(mp, p)
+	if err != nil || rel == "." {
+		return "/"
+	}
+	return rel
+}
+
+func (in *inspector) observed(targetDir, name string) (*mount.Observed, error) {
+	all, err := in.attacher.Observe(in.table, targetDir)
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if all[i].Name == name {
+			return &all[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// measure fills the sizes of a live filesystem mount through the agent's
+// Grower, which only measures when asked to grow nothing.
+func (in *inspector) measure(v *Volume, f *findings, targetDir string) {
+	res, err := in.grower.Grow(in.table, targetDir, v.Volume, mount.GrowOptions{})
+	if err != nil {
+		v.Detail = joinDetail(v.Detail, "measure sizes: "+err.Error())
+		return
+	}
+	v.Sizes.BlockDevice, v.Sizes.Filesystem = res.DeviceBytes, res.FilesystemBytes
+	v.Sizes.FilesystemStatfs, v.Sizes.DiskImage = res.FilesystemBefore, res.DiskImageBefore
+	f.needsExpand = res.NeedsGrowth
+}
+
+func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
+	dev := &DeviceCheck{}
+	v.Device = dev
+	var published *blockdev.Device
+	if vc.attach != nil && vc.pvName != "" {
+		p, err := in.nodes.PublishedDevice(string(vc.attach.UID), vc.pvName)
+		switch {
+		case errors.Is(err, blockdev.ErrNotPublished):
+			v.AttachmentPod.Publishes = ptr(false)
+		case errors.Is(err, isolation.ErrUnsafePath):
+			f.refused = err.Error()
+			return
+		case err != nil:
+			f.err = err
+			return
+		default:
+			v.AttachmentPod.Publishes = ptr(true)
+			published = &p.Device
+			dev.Published = majMin(p.Device.Major, p.Device.Minor)
+			v.ExpectedSource = in.publishedBlockPath(string(vc.attach.UID), vc.pvName)
+		}
+	}
+	e, err := in.statEntry(targetDir, v.Volume)
+	switch {
+	case err != nil:
+		f.err = err
+		return
+	case !e.exists:
+		f.notMounted = notMountedWhy(v, vc, whyNoNode)
+		return
+	case e.kind != "block device":
+		f.refused = fmt.Sprintf("target %q: %v: is a %s, not a block device", v.Target, isolation.ErrUnsafePath, e.kind)
+		return
+	}
+	dev.Node = majMin(e.rdev[0], e.rdev[1])
+	if !deviceExists(in.opts.sysRoot(), e.rdev) {
+		f.stale = fmt.Sprintf("the node points at %s, which no longer exists", dev.Node)
+		return
+	}
+	if size, err := mount.BlockDeviceSize(in.opts.sysRoot(), e.rdev[0], e.rdev[1]); err == nil {
+		v.Sizes.BlockDevice = size
+	}
+	if published != nil && (published.Major != e.rdev[0] || published.Minor != e.rdev[1]) {
+		f.wrongDevice = fmt.Sprintf("the node is %s but the attachment pod's published device is %s", dev.Node, dev.Published)
+	}
+	in.checkCgroup(v, f, vc, blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]})
+}
+
+func (in *inspector) checkCgroup(v *Volume, f *findings, vc *volumeCtx, d blockdev.Device) {
+	if in.rules == nil {
+		v.Detail = joinDetail(v.Detail, "device cgroup not checked: "+in.rulesErr.Error())
+		return
+	}
+	ok, err := in.rules.Allowed(string(vc.launcher.UID), d)
+	if err != nil {
+		v.Detail = joinDetail(v.Detail, "device cgroup not checked: "+err.Error())
+		return
+	}
+	v.Device.CgroupAllowed = ptr(ok)
+	if !ok {
+		f.notAllowed = fmt.Sprintf("the device cgroup of launcher pod %s does not allow %s rwm", vc.launcher.UID, d)
+	}
+}
+
+func majMin(maj, min uint32) string { return fmt.Sprintf("%d:%d", maj, min) }
+
+func ptr[T any](v T) *T { return &v }
+
+func joinDetail(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

@@ -1,0 +1,202 @@
+package diag
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/hpmount/hpmount/mount"
+)
+
+// Mount table sources for Options.MountSource.
+const (
+	MountSourceAuto      = "auto"
+	MountSourceFindmnt   = "findmnt"
+	MountSourceMountinfo = "mountinfo"
+)
+
+// FindmntColumns are the columns read from findmnt. OPT-FIELDS carries the
+// peer group ids (shared:N, master:N) that PROPAGATION only names, and
+// VFS-OPTIONS / FS-OPTIONS are mountinfo's per-mount and superblock options
+// (OPTIONS is both joined).
+const FindmntColumns = "ID,PARENT,MAJ:MIN,FSROOT,TARGET,SOURCE,FSTYPE,PROPAGATION,OPT-FIELDS,VFS-OPTIONS,FS-OPTIONS"
+
+// FindmntArgs are the arguments of the findmnt run that reads the mount
+// table of hostPID: a flat list (--list), untruncated, with SOURCE not
+// suffixed by [FSROOT] (--nofsroot), every filesystem (--all). With a
+// hostProc other than /proc, the mountinfo file is named explicitly, since
+// --task always reads /proc.
+func FindmntArgs(hostProc string, hostPID int) []string {
+	args := []string{"--json", "--list", "--notruncate", "--nofsroot", "--all"}
+	if filepath.Clean(hostProc) == "/proc" {
+		args = append(args, "--task", strconv.Itoa(hostPID))
+	} else {
+		args = append(args, "--kernel", "--tab-file", mountinfoPath(hostProc, hostPID))
+	}
+	return append(args, "-o", FindmntColumns)
+}
+
+func mountinfoPath(hostProc string, hostPID int) string {
+	return filepath.Join(hostProc, strconv.Itoa(hostPID), "mountinfo")
+}
+
+// LoadTable reads the mount table of hostPID with findmnt or from its
+// mountinfo, as source says ("auto" prefers findmnt when it is installed),
+// and returns it with the source actually used.
+func LoadTable(ctx context.Context, source, hostProc string, hostPID int) (*mount.Table, string, error) {
+	switch source {
+	case MountSourceAuto, "":
+		if _, err := exec.LookPath("findmnt"); err != nil {
+			source = MountSourceMountinfo
+		} else {
+			source = MountSourceFindmnt
+		}
+	case MountSourceFindmnt, MountSourceMountinfo:
+	default:
+		return nil, "", fmt.Errorf("mount source %q: want %q, %q or %q", source, MountSourceAuto, MountSourceFindmnt, MountSourceMountinfo)
+	}
+	if source == MountSourceMountinfo {
+		t, err := mount.ReadTable(mountinfoPath(hostProc, hostPID))
+		return t, source, err
+	}
+	mounts, err := RunFindmnt(ctx, hostProc, hostPID)
+	if err != nil {
+		return nil, source, err
+	}
+	return mount.NewTable(mounts), source, nil
+}
+
+// RunFindmnt runs findmnt (see FindmntArgs) and parses its output.
+func RunFindmnt(ctx context.Context, hostProc string, hostPID int) ([]mount.Info, error) {
+	args := FindmntArgs(hostProc, hostPID)
+	cmd := exec.CommandContext(ctx, "findmnt", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("findmnt %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return ParseFindmnt(out)
+}
+
+// findmntEntry is one filesystem of `findmnt --json --list`. util-linux
+// prints numbers as JSON numbers since 2.37 and as strings before, and null
+// for empty columns, so every field is decoded loosely.
+type findmntEntry struct {
+	ID          json.RawMessage `json:"id"`
+	Parent      json.RawMessage `json:"parent"`
+	MajMin      *string         `json:"maj:min"`
+	FSRoot      *string         `json:"fsroot"`
+	Target      *string         `json:"target"`
+	Source      *string         `json:"source"`
+	FSType      *string         `json:"fstype"`
+	Propagation *string         `json:"propagation"`
+	OptFields   *string         `json:"opt-fields"`
+	VFSOptions  *string         `json:"vfs-options"`
+	FSOptions   *string         `json:"fs-options"`
+}
+
+// ParseFindmnt converts `findmnt --json --list` output with FindmntColumns
+// into mount infos in findmnt's (the kernel's) order.
+func ParseFindmnt(data []byte) ([]mount.Info, error) {
+	var doc struct {
+		Filesystems []findmntEntry `json:"filesystems"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("decode findmnt json: %w", err)
+	}
+	if doc.Filesystems == nil {
+		return nil, errors.New("decode findmnt json: no \"filesystems\" list")
+	}
+	out := make([]mount.Info, 0, len(doc.Filesystems))
+	for k, e := range doc.Filesystems {
+		info, err := e.info()
+		if err != nil {
+			return nil, fmt.Errorf("findmnt filesystem %d: %w", k, err)
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func (e *findmntEntry) info() (mount.Info, error) {
+	var i mount.Info
+	var err error
+	if i.ID, err = looseInt("id", e.ID); err != nil {
+		return i, err
+	}
+	if i.Parent, err = looseInt("parent", e.Parent); err != nil {
+		return i, err
+	}
+	majMin := str(e.MajMin)
+	maj, min, ok := strings.Cut(majMin, ":")
+	ma, err1 := strconv.ParseUint(strings.TrimSpace(maj), 10, 32)
+	mi, err2 := strconv.ParseUint(strings.TrimSpace(min), 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return i, fmt.Errorf("maj:min %q is not MAJ:MIN", majMin)
+	}
+	i.Major, i.Minor = uint32(ma), uint32(mi)
+	i.Root, i.MountPoint = str(e.FSRoot), str(e.Target)
+	i.Source, i.FSType = str(e.Source), str(e.FSType)
+	i.Options, i.SuperOptions = str(e.VFSOptions), str(e.FSOptions)
+	for _, f := range strings.Fields(str(e.OptFields)) {
+		tag, val, _ := strings.Cut(f, ":")
+		switch tag {
+		case "shared":
+			i.Shared, _ = strconv.Atoi(val)
+		case "master":
+			i.Master, _ = strconv.Atoi(val)
+		case "unbindable":
+			i.Unbindable = true
+		}
+	}
+	if e.OptFields == nil && strings.Contains(str(e.Propagation), "unbindable") {
+		i.Unbindable = true
+	}
+	return i, nil
+}
+
+func looseInt(name string, raw json.RawMessage) (int, error) {
+	s := strings.Trim(strings.TrimSpace(string(raw)), `"`)
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s is not a number", name, raw)
+	}
+	return n, nil
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// mountEntry renders m findmnt-style with the number of stacked mounts.
+func mountEntry(m *mount.Info, stacked int) *MountEntry {
+	if m == nil {
+		return nil
+	}
+	return &MountEntry{
+		ID: m.ID, Source: m.Source, FSRoot: m.Root, Target: m.MountPoint, FSType: m.FSType,
+		MajMin: m.Dev(), Propagation: m.Propagation(), Stacked: stacked,
+	}
+}
+
+// SourceWithRoot is findmnt's SOURCE[FSROOT]: the root is shown only when
+// it is not "/".
+func (m *MountEntry) SourceWithRoot() string {
+	if m == nil {
+		return ""
+	}
+	if m.FSRoot == "" || m.FSRoot == "/" {
+		return m.Source
+	}
+	return m.Source + "[" + m.FSRoot + "]"
+}

@@ -1,0 +1,67 @@
+package diag
+
+import (
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Options are the flags of `hpmount diag`. The node flags have the agent's
+// defaults (see DefaultOptions).
+type Options struct {
+	// NodeName is the node diagnosed; required.
+	NodeName string
+	// Namespace restricts the VMIs looked at unless AllNamespaces is set;
+	// empty means "default".
+	Namespace     string
+	AllNamespaces bool
+	// VMIs, when not empty, restricts the report to these VMI names.
+	VMIs []string
+	// KubeletRoot is the kubelet root as the host sees it.
+	KubeletRoot string
+	// HostProc and HostPID locate the host's mount table
+	// (<HostProc>/<HostPID>/mountinfo) and mount namespace (…/ns/mnt).
+	HostProc string
+	HostPID  int
+	// CgroupRoot and CgroupMode locate the device cgroups (see
+	// blockdev.NewDeviceRules).
+	CgroupRoot string
+	CgroupMode string
+	// MountSource is "auto", "findmnt" or "mountinfo".
+	MountSource string
+	// SysRoot is sysfs; "" means "/sys". DevRoot is the device directory;
+	// "" means "/dev".
+	SysRoot, DevRoot string
+}
+
+// DefaultOptions returns the defaults of the command's flags.
+func DefaultOptions() Options {
+	return Options{
+		Namespace:   "default",
+		KubeletRoot: "/var/lib/kubelet",
+		HostProc:    "/proc",
+		HostPID:     1,
+		CgroupRoot:  "/sys/fs/cgroup",
+		CgroupMode:  "auto",
+		MountSource: MountSourceAuto,
+	}
+}
+
+// Clients are the API clients Run reads with. Run only gets and lists.
+type Clients struct {
+	Kube kubernetes.Interface
+	Dyn  dynamic.Interface
+}
+
+func (o *Options) sysRoot() string {
+	if o.SysRoot == "" {
+		return "/sys"
+	}
+	return o.SysRoot
+}
+
+func (o *Options) devRoot() string {
+	if o.DevRoot == "" {
+		return "/dev"
+	}
+	return o.DevRoot
+}

@@ -1,0 +1,107 @@
+package diag
+
+import (
+	"path"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/mount"
+)
+
+// wantedVolumes maps a launcher pod UID on this node to the hotplug volume
+// names its VMI has in spec.volumes.
+func wantedVolumes(vmis []*agent.VMI, node string) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, vmi := range vmis {
+		for uid, n := range vmi.Status.ActivePods {
+			if n != node {
+				continue
+			}
+			names := map[string]bool{}
+			for _, v := range vmi.Spec.Volumes {
+				if _, ok := v.Hotpluggable(); ok {
+					names[v.Name] = true
+				}
+			}
+			out[string(uid)] = names
+		}
+	}
+	return out
+}
+
+// findOrphans lists mounts and block nodes in launchers' hotplug-disks that
+// no VMI on this node wants. scope, when not nil, limits the search to those
+// launcher UIDs; without the full VMI list (all nil) only launchers of known
+// VMIs are searched, so a foreign launcher is never called orphaned.
+func (in *inspector) findOrphans(cl *apiView, scope map[string]bool) ([]OrphanEntry, error) {
+	vmis := cl.all
+	if vmis == nil {
+		vmis = cl.selected
+	}
+	wanted := wantedVolumes(vmis, in.opts.NodeName)
+	uids, err := in.launcherDirs()
+	if err != nil {
+		return nil, err
+	}
+	var out []OrphanEntry
+	for _, uid := range uids {
+		if scope != nil && !scope[uid] {
+			continue
+		}
+		want, known := wanted[uid]
+		if !known && cl.all == nil {
+			continue
+		}
+		found, err := in.orphansIn(uid, want)
+		if err != nil {
+			return nil, err
+		}
+		if pod, ok := cl.pods[types.UID(uid)]; ok {
+			for i := range found {
+				found[i].LauncherPod = pod.Namespace + "/" + pod.Name
+			}
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry, error) {
+	dir := hotplugDisksRel(uid)
+	var out []OrphanEntry
+	imgs, err := in.attacher.Observe(in.table, dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range imgs {
+		if !o.Mounted || want[o.Name] {
+			continue
+		}
+		target := in.hostPath(path.Join(dir, mount.TargetName(o.Name)))
+		m := in.table.ByID(o.MountID)
+		if m == nil {
+			m, _ = in.table.Top(target)
+		}
+		out = append(out, OrphanEntry{
+			LauncherPodUID: uid, Name: mount.TargetName(o.Name), Kind: "mount", Target: target,
+			Mount: mountEntry(m, o.Depth), Device: o.Dev, Verdict: Orphan, Hint: orphanHint("mount", target),
+		})
+	}
+	nodes, err := in.nodes.Observe(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if want[n.Name] || strings.HasSuffix(n.Name, ".img") && want[strings.TrimSuffix(n.Name, ".img")] {
+			continue
+		}
+		target := in.hostPath(path.Join(dir, n.Name))
+		out = append(out, OrphanEntry{
+			LauncherPodUID: uid, Name: n.Name, Kind: "block-node", Target: target,
+			Device: majMin(n.Device.Major, n.Device.Minor), Verdict: Orphan, Hint: orphanHint("block-node", target),
+		})
+	}
+	return out, nil
+}

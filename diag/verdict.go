@@ -1,0 +1,116 @@
+package diag
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/propagation"
+)
+
+// findings are the facts about one volume that decide its verdict. The
+// first that applies, in the order of the fields, wins.
+type findings struct {
+	refused     string // why the agent refuses the volume
+	err         error  // the volume could not be inspected
+	propagation error  // propagation.CheckShared failed for the pods dir
+	notMounted  string // why nothing is at the target
+	stale       string // why the mount or node's source is gone or another
+	stacked     int    // mounts on the target, when more than one
+	wrongDevice string // node vs published device
+	notAllowed  string // the device cgroup rule is missing
+	needsExpand bool
+	target      string
+	block       bool
+}
+
+// judge sets v.Verdict, v.Hint and v.Detail from f.
+func judge(v *Volume, f *findings) {
+	verdict, detail := OK, ""
+	switch {
+	case f.refused != "":
+		verdict, detail = Refused, f.refused
+	case f.err != nil:
+		verdict, detail = Error, f.err.Error()
+	case f.propagation != nil:
+		verdict, detail = PropagationBroken, f.propagation.Error()
+	case f.notMounted != "":
+		verdict, detail = NotMounted, f.notMounted
+	case f.stale != "":
+		verdict, detail = StaleSource, f.stale
+	case f.stacked > 1:
+		verdict, detail = Stacked, fmt.Sprintf("%d mounts are stacked on %s", f.stacked, f.target)
+	case f.wrongDevice != "":
+		verdict, detail = WrongDevice, f.wrongDevice
+	case f.notAllowed != "":
+		verdict, detail = NotAllowed, f.notAllowed
+	case f.needsExpand:
+		verdict, detail = NeedsFSExpand, fmt.Sprintf("the device is larger than its filesystem by more than %d MiB", mount.GrowSlackBytes>>20)
+	}
+	v.Verdict, v.Hint = verdict, hintFor(verdict, f)
+	if v.Detail == "" {
+		v.Detail = detail
+	} else if detail != "" {
+		v.Detail = detail + "; " + v.Detail
+	}
+}
+
+// hintFor is the one line of advice for a verdict.
+func hintFor(verdict Verdict, f *findings) string {
+	switch verdict {
+	case Refused:
+		return "hpmount refuses this volume and never touches it: fix what the detail names (a disk.img that is not a plain file, an unsafe volume name, pods that do not belong to the VMI)"
+	case Error:
+		return "the volume could not be inspected: run diag with the agent's privileges (in the agent pod: kubectl exec), and check the detail"
+	case PropagationBroken:
+		var ns *propagation.NotSharedError
+		if errors.As(f.propagation, &ns) {
+			return fmt.Sprintf("run `mount --make-rshared %s` on the host, make it persistent (see detail), then recreate launcher pods started before the fix", ns.MountPoint)
+		}
+		return "the kubelet pods directory must be on a shared mount: see detail"
+	case NotMounted:
+		return notMountedHint(f.notMounted)
+	case StaleSource:
+		if f.block {
+			return fmt.Sprintf("the node points at a device that is gone: the agent recreates it on its next reconcile; or `rm %s`", f.target)
+		}
+		return fmt.Sprintf("the mounted disk.img is deleted or from another device: the agent replaces the mount on its next reconcile; or `umount %s`", f.target)
+	case Stacked:
+		return fmt.Sprintf("unmount all but one: `umount %s` %d times, the agent will remount", f.target, f.stacked-1)
+	case WrongDevice:
+		return fmt.Sprintf("the node is not the published device: the agent replaces it on its next reconcile; or `rm %s` and let it recreate the node", f.target)
+	case NotAllowed:
+		return "the launcher's device cgroup does not allow the device: check the agent's --cgroup-root/--cgroup-mode and its logs; it re-adds the rule on its next reconcile"
+	case NeedsFSExpand:
+		return fmt.Sprintf("the filesystem is smaller than its device: run the agent with --grow-filesystems, or `xfs_growfs %s` (xfs) / `resize2fs <device>` (ext4)", f.target)
+	}
+	return ""
+}
+
+const (
+	whyNoLauncher   = "no running virt-launcher pod of the VMI on this node"
+	whyNoAttachment = "status.volumeStatus names no attachment pod yet"
+	whyNoAttachPod  = "the attachment pod named in status.volumeStatus is not on this node"
+	whyUnpublished  = "the kubelet does not publish the volume for the attachment pod, and nothing is mounted"
+	whyNotMounted   = "nothing is mounted on the target"
+	whyNoNode       = "there is no block device node at the target"
+)
+
+func notMountedHint(why string) string {
+	switch why {
+	case whyNoLauncher:
+		return "the VMI has no running virt-launcher pod here: check the VMI's phase and `kubectl get pods -l kubevirt.io/created-by=<vmi uid>`"
+	case whyNoAttachment, whyNoAttachPod:
+		return "wait for virt-controller to start the attachment pod (hp-volume-*) on this node; check the VMI's events if it does not"
+	case whyUnpublished:
+		return "the kubelet has not published the volume: `kubectl describe pod` the attachment pod for attach/mount errors"
+	}
+	return "the agent has not attached it yet: check that the hpmount agent runs on this node and its logs and the VMI's events"
+}
+
+func orphanHint(kind, target string) string {
+	if kind == "block-node" {
+		return fmt.Sprintf("no VMI on this node wants it: the agent removes it when it reconciles the launcher's VMI; if the VMI is gone, `rm %s`", target)
+	}
+	return fmt.Sprintf("no VMI on this node wants it: the agent unmounts it when it reconciles the launcher's VMI; if the VMI is gone, `umount %s && rm %s`", target, target)
+}

@@ -1,0 +1,107 @@
+package metrics
+
+import "slices"
+
+// Metric types as Prometheus names them in # TYPE lines.
+const (
+	TypeCounter   = "counter"
+	TypeGauge     = "gauge"
+	TypeHistogram = "histogram"
+)
+
+// Description is one metric family hpmount exposes: the data behind the
+// README table. The collectors are built from these values, so the table
+// cannot drift from the exposition.
+type Description struct {
+	Name   string
+	Type   string // TypeCounter, TypeGauge or TypeHistogram
+	Labels []string
+	Help   string
+}
+
+var (
+	descBuildInfo = Description{
+		Name: "hpmount_build_info", Type: TypeGauge,
+		Labels: []string{"version", "commit", "goversion"},
+		Help:   "Always 1; the labels identify the running hpmount build (version, VCS commit, Go version).",
+	}
+	descVolumes = Description{
+		Name: "hpmount_volumes", Type: TypeGauge,
+		Labels: []string{"mode", "state"},
+		Help:   "Hotplug volumes of the VMIs on this node by volume mode (Filesystem, Block, unknown) and the state the last reconcile left them in (mounted, pending, refused, failed, unmounted); a VMI's volumes stop counting when it leaves the node.",
+	}
+	descOps = Description{
+		Name: "hpmount_mount_operations_total", Type: TypeCounter,
+		Labels: []string{"op", "result"},
+		Help:   "Engine calls made while reconciling, by operation (attach, detach, verify, grow) and result (the change made, e.g. unchanged or mounted, or not-published, or error); counted when the call returns.",
+	}
+	descOpDuration = Description{
+		Name: "hpmount_mount_operation_duration_seconds", Type: TypeHistogram,
+		Labels: []string{"op"},
+		Help:   "Wall time of one engine call (attach, detach, verify, grow), observed when the call returns whatever its result.",
+	}
+	descReconcileDuration = Description{
+		Name: "hpmount_reconcile_duration_seconds", Type: TypeHistogram,
+		Help: "Wall time of one complete reconcile of one VMI (read desired and observed state, plan, apply, report), observed when it finishes.",
+	}
+	descScanDuration = Description{
+		Name: "hpmount_mountinfo_scan_duration_seconds", Type: TypeHistogram,
+		Help: "Wall time of one read and parse of the host mount table (one per reconcile batch), observed after each scan.",
+	}
+	descMountinfoEntries = Description{
+		Name: "hpmount_mountinfo_entries", Type: TypeGauge,
+		Help: "Mounts in the host mount table at the last scan.",
+	}
+	descDeviceSize = Description{
+		Name: "hpmount_volume_device_size_bytes", Type: TypeGauge,
+		Labels: []string{"namespace", "vmi", "volume"},
+		Help:   "Size in bytes of the hotplug volume's block device, as found by the last growth check of the volume.",
+	}
+	descFilesystemSize = Description{
+		Name: "hpmount_volume_filesystem_size_bytes", Type: TypeGauge,
+		Labels: []string{"namespace", "vmi", "volume"},
+		Help:   "Size in bytes of the filesystem holding the volume's disk.img, after the last growth check of the volume.",
+	}
+	descDiskImageSize = Description{
+		Name: "hpmount_volume_disk_image_size_bytes", Type: TypeGauge,
+		Labels: []string{"namespace", "vmi", "volume"},
+		Help:   "Size in bytes of the volume's disk.img, after the last growth check of the volume.",
+	}
+	descExpansions = Description{
+		Name: "hpmount_filesystem_expansions_total", Type: TypeCounter,
+		Labels: []string{"result"},
+		Help:   "Online filesystem growth checks by outcome (grown, unchanged, failed, shrink-ignored when the claim asks for less than the current size); counted when a check finishes.",
+	}
+	descRefusals = Description{
+		Name: "hpmount_refusals_total", Type: TypeCounter,
+		Labels: []string{"reason"},
+		Help:   "Volumes or launchers the agent refused to touch because they are unsafe or do not belong to their VMI, by reason; counted on every refusal.",
+	}
+)
+
+// descriptions is the exposition order of the README table.
+var descriptions = []Description{
+	descBuildInfo,
+	descVolumes,
+	descOps,
+	descOpDuration,
+	descReconcileDuration,
+	descScanDuration,
+	descMountinfoEntries,
+	descDeviceSize,
+	descFilesystemSize,
+	descDiskImageSize,
+	descExpansions,
+	descRefusals,
+}
+
+// Descriptions returns every hpmount_ metric family, in README order. The
+// result is a copy the caller may modify.
+func Descriptions() []Description {
+	out := make([]Description, len(descriptions))
+	for i, d := range descriptions {
+		d.Labels = slices.Clone(d.Labels)
+		out[i] = d
+	}
+	return out
+}

@@ -1,0 +1,48 @@
+// Package metrics owns hpmount's Prometheus collectors and the /metrics
+// handler. Metrics implements agent.Observer: the agent reports what it does
+// (engine calls, reconciles, mount-table scans, volume states, sizes found by
+// growth checks, refusals) and Metrics turns that into series on a private
+// prometheus.Registry, never the global one, so that nothing a dependency
+// registers leaks into hpmount's exposition and tests can build as many
+// independent instances as they like.
+//
+// It refuses to do anything slow on the agent's path: every Observer method
+// updates in-memory values under at most one short mutex and never does I/O.
+// It also refuses unbounded label values from tenants: per-volume series are
+// labelled only with namespace, VMI and volume names (which the apiserver
+// bounds and the agent validates), the volume mode label is folded to
+// Filesystem, Block or unknown, and operation latency is a histogram per
+// operation, not per volume.
+//
+// # Metrics (README section)
+//
+// The agent serves these at http://<pod>:9090/metrics (flag
+// --metrics-address), together with the standard go_* and process_* series of
+// the agent process. Names follow the Prometheus conventions: prefix
+// hpmount_, base units (seconds, bytes), _total on counters.
+//
+//	hpmount_build_info{version,commit,goversion}                  gauge      always 1; the labels identify the running build
+//	hpmount_volumes{mode,state}                                   gauge      hotplug volumes on this node by volume mode (Filesystem, Block, unknown) and state (mounted, pending, refused, failed, unmounted)
+//	hpmount_mount_operations_total{op,result}                     counter    engine calls (op attach, detach, verify, grow) by result (the change made, not-published, error)
+//	hpmount_mount_operation_duration_seconds{op}                  histogram  wall time of those engine calls, 10us..10s buckets
+//	hpmount_reconcile_duration_seconds                            histogram  wall time of one complete reconcile of one VMI
+//	hpmount_mountinfo_scan_duration_seconds                       histogram  wall time of one read and parse of the host mount table
+//	hpmount_mountinfo_entries                                     gauge      mounts in the host mount table at the last scan
+//	hpmount_volume_device_size_bytes{namespace,vmi,volume}        gauge      size of the volume's block device at the last growth check
+//	hpmount_volume_filesystem_size_bytes{namespace,vmi,volume}    gauge      size of the volume's filesystem at the last growth check
+//	hpmount_volume_disk_image_size_bytes{namespace,vmi,volume}    gauge      size of the volume's disk.img at the last growth check
+//	hpmount_filesystem_expansions_total{result}                   counter    growth checks by outcome (grown, unchanged, failed, shrink-ignored)
+//	hpmount_refusals_total{reason}                                counter    volumes or launchers refused as unsafe or not belonging to their VMI, by reason
+//
+// When a VMI leaves the node every series labelled with it is deleted, and
+// its volumes stop counting in hpmount_volumes. When a volume is reported
+// unmounted its size series are deleted. Descriptions returns this table as
+// data; a test keeps it, this comment and the registry in agreement.
+//
+// Useful queries:
+//
+//	sum by (state) (hpmount_volumes)                        # volumes per state, cluster-wide
+//	hpmount_volumes{state=~"failed|refused"} > 0            # alert: something cannot be mounted
+//	histogram_quantile(0.99, sum by (le, op) (rate(hpmount_mount_operation_duration_seconds_bucket[5m])))
+//	increase(hpmount_filesystem_expansions_total{result="failed"}[1h]) > 0
+package metrics

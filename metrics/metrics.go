@@ -1,0 +1,278 @@
+package metrics
+
+import (
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hpmount/hpmount/agent"
+)
+
+// DurationBuckets are the histogram buckets of every hpmount_*_seconds
+// metric: 10us to 10s in 1-2.5-5 steps. The low end separates raw mount
+// syscalls (~10-60us) from anything that execs (~3-9ms); the high end
+// catches a stuck filesystem or apiserver.
+var DurationBuckets = []float64{
+	10e-6, 25e-6, 50e-6,
+	100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3,
+	10e-3, 25e-3, 50e-3,
+	100e-3, 250e-3, 500e-3,
+	1, 2.5, 5,
+	10,
+}
+
+// Volume mode label values. Anything the agent reports that is not a known
+// PVC volume mode is folded into ModeUnknown so the label stays bounded.
+const (
+	ModeFilesystem = string(agent.Filesystem)
+	ModeBlock      = string(agent.Block)
+	ModeUnknown    = "unknown"
+)
+
+var (
+	knownModes  = []string{ModeFilesystem, ModeBlock, ModeUnknown}
+	knownStates = []string{agent.StateMounted, agent.StatePending, agent.StateRefused, agent.StateFailed, agent.StateUnmounted}
+	expansions  = []string{agent.ExpansionGrown, agent.ExpansionUnchanged, agent.ExpansionFailed, agent.ExpansionShrinkIgnored}
+)
+
+// Metrics is hpmount's set of collectors on a private registry. It is an
+// agent.Observer; all methods are safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	volumes           *prometheus.GaugeVec
+	ops               *prometheus.CounterVec
+	opDuration        *prometheus.HistogramVec
+	reconcileDuration prometheus.Histogram
+	scanDuration      prometheus.Histogram
+	mountinfoEntries  prometheus.Gauge
+	deviceSize        *prometheus.GaugeVec
+	filesystemSize    *prometheus.GaugeVec
+	diskImageSize     *prometheus.GaugeVec
+	expansions        *prometheus.CounterVec
+	refusals          *prometheus.CounterVec
+
+	mu sync.Mutex
+	// vmis holds the last state reported for each volume of each VMI,
+	// from which hpmount_volumes is kept by increments and decrements.
+	vmis map[vmiKey]map[string]modeState
+	// volumeGauges caches the hpmount_volumes children so that a state
+	// change does not hash label values.
+	volumeGauges map[modeState]prometheus.Gauge
+}
+
+type vmiKey struct{ namespace, name string }
+
+type modeState struct{ mode, state string }
+
+var _ agent.Observer = (*Metrics)(nil)
+
+// New builds the collectors and registers them, with the Go runtime and
+// process collectors, on a new private registry. version and commit label
+// hpmount_build_info.
+func New(version, commit string) *Metrics {
+	m := &Metrics{
+		reg:               prometheus.NewRegistry(),
+		volumes:           gaugeVec(descVolumes),
+		ops:               counterVec(descOps),
+		opDuration:        histogramVec(descOpDuration),
+		reconcileDuration: histogram(descReconcileDuration),
+		scanDuration:      histogram(descScanDuration),
+		mountinfoEntries:  gauge(descMountinfoEntries),
+		deviceSize:        gaugeVec(descDeviceSize),
+		filesystemSize:    gaugeVec(descFilesystemSize),
+		diskImageSize:     gaugeVec(descDiskImageSize),
+		expansions:        counterVec(descExpansions),
+		refusals:          counterVec(descRefusals),
+		vmis:              make(map[vmiKey]map[string]modeState),
+		volumeGauges:      make(map[modeState]prometheus.Gauge),
+	}
+	buildInfo := gaugeVec(descBuildInfo)
+	buildInfo.WithLabelValues(version, commit, runtime.Version()).Set(1)
+
+	// Every known mode/state and expansion result is exposed from the
+	// start at 0, so that rate() and alerts see a series before the first
+	// event instead of an absent one.
+	for _, mode := range knownModes {
+		for _, state := range knownStates {
+			k := modeState{mode, state}
+			m.volumeGauges[k] = m.volumes.WithLabelValues(mode, state)
+		}
+	}
+	for _, r := range expansions {
+		m.expansions.WithLabelValues(r)
+	}
+
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo,
+		m.volumes,
+		m.ops,
+		m.opDuration,
+		m.reconcileDuration,
+		m.scanDuration,
+		m.mountinfoEntries,
+		m.deviceSize,
+		m.filesystemSize,
+		m.diskImageSize,
+		m.expansions,
+		m.refusals,
+	)
+	return m
+}
+
+// Registry is the private registry holding every collector, for tests and
+// for callers that want to gather without HTTP.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition formats (text
+// or protobuf, as negotiated) and counts its own scrapes in
+// promhttp_metric_handler_requests_total.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		Registry:            m.reg,
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+}
+
+// OpAttempt counts one engine call and observes its duration.
+func (m *Metrics) OpAttempt(op, result string, d time.Duration) {
+	m.ops.WithLabelValues(op, result).Inc()
+	m.opDuration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// Reconciled observes the duration of one reconcile of one VMI.
+func (m *Metrics) Reconciled(d time.Duration) {
+	m.reconcileDuration.Observe(d.Seconds())
+}
+
+// SnapshotTaken records one read of the host mount table.
+func (m *Metrics) SnapshotTaken(entries int, d time.Duration) {
+	m.scanDuration.Observe(d.Seconds())
+	m.mountinfoEntries.Set(float64(entries))
+}
+
+// VolumeState records the current state of one volume and moves it between
+// hpmount_volumes series. A volume reported unmounted loses its size series.
+func (m *Metrics) VolumeState(namespace, vmi, volume, mode, state string) {
+	now := modeState{normalizeMode(mode), state}
+	key := vmiKey{namespace, vmi}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	vols := m.vmis[key]
+	if vols == nil {
+		vols = make(map[string]modeState)
+		m.vmis[key] = vols
+	}
+	before, known := vols[volume]
+	if known && before == now {
+		return
+	}
+	vols[volume] = now
+	if known {
+		m.volumeGauge(before).Dec()
+	}
+	m.volumeGauge(now).Inc()
+	if state == agent.StateUnmounted && !(known && before.state == agent.StateUnmounted) {
+		labels := prometheus.Labels{"namespace": namespace, "vmi": vmi, "volume": volume}
+		m.deviceSize.Delete(labels)
+		m.filesystemSize.Delete(labels)
+		m.diskImageSize.Delete(labels)
+	}
+}
+
+// volumeGauge returns the cached hpmount_volumes child; m.mu is held.
+func (m *Metrics) volumeGauge(k modeState) prometheus.Gauge {
+	g, ok := m.volumeGauges[k]
+	if !ok {
+		g = m.volumes.WithLabelValues(k.mode, k.state)
+		m.volumeGauges[k] = g
+	}
+	return g
+}
+
+// VolumeSizes records the sizes a growth check found. A size of 0 means the
+// check did not learn it (e.g. no disk.img on a block volume) and leaves
+// the series alone; "after" values win over "before" values.
+func (m *Metrics) VolumeSizes(namespace, vmi, volume string, r agent.GrowResult) {
+	set := func(v *prometheus.GaugeVec, bytes int64) {
+		if bytes > 0 {
+			v.WithLabelValues(namespace, vmi, volume).Set(float64(bytes))
+		}
+	}
+	set(m.deviceSize, r.DeviceBytes)
+	set(m.filesystemSize, firstPositive(r.FilesystemAfter, r.FilesystemBefore))
+	set(m.diskImageSize, firstPositive(r.DiskImageAfter, r.DiskImageBefore))
+}
+
+// Expansion counts one growth check by outcome.
+func (m *Metrics) Expansion(result string) {
+	m.expansions.WithLabelValues(result).Inc()
+}
+
+// Refusal counts one refusal by reason.
+func (m *Metrics) Refusal(reason string) {
+	m.refusals.WithLabelValues(reason).Inc()
+}
+
+// ForgetVMI deletes every per-volume series of the VMI and stops counting
+// its volumes in hpmount_volumes.
+func (m *Metrics) ForgetVMI(namespace, vmi string) {
+	key := vmiKey{namespace, vmi}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.vmis[key] {
+		m.volumeGauge(s).Dec()
+	}
+	delete(m.vmis, key)
+	labels := prometheus.Labels{"namespace": namespace, "vmi": vmi}
+	m.deviceSize.DeletePartialMatch(labels)
+	m.filesystemSize.DeletePartialMatch(labels)
+	m.diskImageSize.DeletePartialMatch(labels)
+}
+
+func normalizeMode(mode string) string {
+	switch mode {
+	case ModeFilesystem, ModeBlock:
+		return mode
+	default:
+		return ModeUnknown
+	}
+}
+
+func firstPositive(a, b int64) int64 {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+func gauge(d Description) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: d.Name, Help: d.Help})
+}
+
+func gaugeVec(d Description) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: d.Name, Help: d.Help}, d.Labels)
+}
+
+func counterVec(d Description) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.Name, Help: d.Help}, d.Labels)
+}
+
+func histogram(d Description) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: d.Name, Help: d.Help, Buckets: DurationBuckets})
+}
+
+func histogramVec(d Description) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.Name, Help: d.Help, Buckets: DurationBuckets}, d.Labels)
+}
