@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -86,6 +87,12 @@ func findLauncher(vmi *VMI, node string, pods podLookup) (*corev1.Pod, error) {
 	}
 	switch len(candidates) {
 	case 0:
+		if refusal == nil && len(uids) == 0 && len(vmi.Status.ActivePods) > 0 {
+			// The VMI is labelled for this node but all its launchers run
+			// elsewhere: nothing here may be mounted for it.
+			refusal = &Refusal{RefusedLauncherNode, fmt.Sprintf("no active virt-launcher pod of the VMI runs on node %q (active pods on %s)",
+				node, strings.Join(activePodNodes(vmi), ", "))}
+		}
 		return nil, refusal
 	case 1:
 		return candidates[0], nil
@@ -93,6 +100,17 @@ func findLauncher(vmi *VMI, node string, pods podLookup) (*corev1.Pod, error) {
 	// Two live launchers of one VMI on one node are not something KubeVirt
 	// makes; mounting into either could hand the disk to the wrong process.
 	return nil, &Refusal{RefusedLauncherAmbiguous, fmt.Sprintf("%d virt-launcher pods of the VMI on node %q", len(candidates), node)}
+}
+
+func activePodNodes(vmi *VMI) []string {
+	var nodes []string
+	for _, n := range vmi.Status.ActivePods {
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	sort.Strings(nodes)
+	return nodes
 }
 
 func checkLauncher(vmi *VMI, node string, pod *corev1.Pod) error {

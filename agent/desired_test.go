@@ -231,12 +231,13 @@ func TestLauncherRefusals(t *testing.T) {
 			}
 		})
 	}
-	t.Run("active pod on another node is not a candidate", func(t *testing.T) {
+	t.Run("VMI for this node whose launchers all run elsewhere is refused", func(t *testing.T) {
 		u := vmiObject()
 		u.Object["status"].(map[string]any)["activePods"] = map[string]any{string(launcherUID): "node2"}
 		l, err := findLauncher(mustDecode(t, u), testNode, mapPods{launcherUID: launcherPod()})
-		if l != nil || err != nil {
-			t.Fatalf("launcher %v err %v", l, err)
+		var r *Refusal
+		if l != nil || !errors.As(err, &r) || r.Reason != RefusedLauncherNode || !strings.Contains(r.Message, "node2") {
+			t.Fatalf("launcher %v err %v, want a launcher-node refusal naming node2", l, err)
 		}
 	})
 }

@@ -26,6 +26,8 @@ type vm struct {
 	vols     []simnode.Volume
 	disks    map[string]*simnode.Disk
 	attach   map[string]types.UID
+	// launcherNode overrides where status.activePods places the launcher.
+	launcherNode string
 }
 
 func (e *env) newVM(ns, name string) *vm {
@@ -53,7 +55,7 @@ func (e *env) newVM(ns, name string) *vm {
 // makes a block volume.
 func (v *vm) addVolume(name, fstype string, size int64) simnode.Volume {
 	v.e.t.Helper()
-	vol := simnode.Volume{Name: name, Claim: name + "-pvc", PV: "pvc-" + strings.ReplaceAll(string(v.uid), "-", "")[:8] + "-" + name,
+	vol := simnode.Volume{Name: name, Claim: v.name + "-" + name, PV: "pvc-" + strings.ReplaceAll(string(v.uid), "-", "")[:8] + "-" + name,
 		Block: fstype == "", Capacity: simnode.Mi(size >> 20)}
 	d, err := v.e.node.NewDisk(v.name+"-"+name, fstype, size)
 	if err != nil {
@@ -142,7 +144,7 @@ func (v *vm) setCapacity(name string, size int64) {
 func (v *vm) apply() {
 	v.e.t.Helper()
 	_, err := v.e.ctrl.ApplyVMI(v.e.ctx, simnode.VMISpec{Namespace: v.ns, Name: v.name, Node: nodeName,
-		Launcher: v.launcher.UID, Attachment: v.attach, Volumes: v.vols})
+		Launcher: v.launcher.UID, LauncherNode: v.launcherNode, Attachment: v.attach, Volumes: v.vols})
 	if err != nil {
 		v.e.t.Fatal(err)
 	}

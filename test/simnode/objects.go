@@ -1,6 +1,7 @@
 package simnode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -107,9 +108,12 @@ type VMISpec struct {
 	Namespace, Name, Node string
 	// Launcher is the active pod's UID; Attachment the hp-volume pod's UID
 	// written into each hotplug volume's status.
-	Launcher   types.UID
-	Attachment map[string]types.UID // volume name -> attachment pod UID
-	Volumes    []Volume
+	Launcher types.UID
+	// LauncherNode is where status.activePods says the launcher runs;
+	// empty means Node.
+	LauncherNode string
+	Attachment   map[string]types.UID // volume name -> attachment pod UID
+	Volumes      []Volume
 }
 
 // Object renders the VMI as KubeVirt would have it while running.
@@ -149,7 +153,7 @@ func (s VMISpec) Object() *unstructured.Unstructured {
 		"status": map[string]any{
 			"nodeName":     s.Node,
 			"phase":        "Running",
-			"activePods":   map[string]any{string(s.Launcher): s.Node},
+			"activePods":   map[string]any{string(s.Launcher): cmp.Or(s.LauncherNode, s.Node)},
 			"volumeStatus": statuses,
 		},
 	}}
