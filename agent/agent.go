@@ -143,6 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	}
 	a.synced.Store(true)
+	a.queue.Add(orphanSweepKey)
 	a.log.Info("informer caches synced, starting workers", "workers", a.cfg.Workers)
 
 	var wg sync.WaitGroup

@@ -100,4 +100,8 @@ type Engine interface {
 	// Grow checks a mounted filesystem-mode volume for a grown device and
 	// grows its filesystem (and, if enabled, its disk.img) online.
 	Grow(ctx context.Context, s Snapshot, v DesiredVolume) (GrowResult, error)
+	// Launchers lists the pods whose hotplug-disks directory holds
+	// anything, so that what a deleted launcher left is found even after
+	// the agent restarted.
+	Launchers(ctx context.Context, s Snapshot) ([]types.UID, error)
 }

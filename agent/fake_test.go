@@ -68,6 +68,20 @@ func (f *fakeEngine) Observe(_ context.Context, _ Snapshot, l types.UID) ([]Obse
 	return out, nil
 }
 
+func (f *fakeEngine) Launchers(context.Context, Snapshot) ([]types.UID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("launchers")
+	var out []types.UID
+	for uid, obs := range f.observed {
+		if len(obs) > 0 {
+			out = append(out, uid)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
 func (f *fakeEngine) setObserved(l types.UID, obs ...ObservedVolume) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

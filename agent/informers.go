@@ -179,4 +179,5 @@ func (a *Agent) enqueueAll() {
 	for _, k := range keys {
 		a.queue.Add(k)
 	}
+	a.queue.Add(orphanSweepKey)
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/blockdev"
@@ -282,6 +284,47 @@ func (e *NodeEngine) blockSize(dir, name string) (GrowResult, error) {
 		}
 	}
 	return GrowResult{}, fmt.Errorf("block node %q not found in %q", name, dir)
+}
+
+// Launchers lists the pod directories whose hotplug-disks holds an entry.
+func (e *NodeEngine) Launchers(ctx context.Context, s Snapshot) ([]types.UID, error) {
+	var uids []types.UID
+	err := e.ns.Do(func() error {
+		root, err := isolation.OpenRoot(e.attacher.KubeletRoot)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		pods, err := isolation.OpenBeneath(root, "pods", isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer pods.Close()
+		names, err := pods.Readdirnames(-1)
+		if err != nil {
+			return fmt.Errorf("list %q: %w", pods.Name(), err)
+		}
+		for _, name := range names {
+			if hasEntries(root, hotplugDisksDir(types.UID(name))) {
+				uids = append(uids, types.UID(name))
+			}
+		}
+		return nil
+	})
+	return uids, err
+}
+
+func hasEntries(root *os.File, rel string) bool {
+	dir, err := isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	names, _ := dir.Readdirnames(1)
+	return len(names) > 0
 }
 
 func fileChange(r mount.Result) Change {

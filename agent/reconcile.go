@@ -24,6 +24,9 @@ const apiTimeout = 10 * time.Second
 func (a *Agent) reconcile(ctx context.Context, key string) error {
 	start := time.Now()
 	defer func() { a.obs.Reconciled(time.Since(start)) }()
+	if key == orphanSweepKey {
+		return a.sweepOrphans(ctx)
+	}
 	if !a.synced.Load() {
 		return errors.New("informer caches not synced")
 	}
@@ -207,7 +210,20 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 // good. A terminated launcher runs no QEMU; its mounts must go, or the
 // kubelet cannot tear down its emptyDir and the pod never disappears.
 func podTerminated(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	// A deleted pod whose containers all stopped: the kubelet is tearing
+	// down its volumes and waits for our mounts to go.
+	if pod.DeletionTimestamp == nil || len(pod.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }
 
 func findObserved(obs []ObservedVolume, name string) *ObservedVolume {

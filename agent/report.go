@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/hpmount/hpmount/mount"
 )
 
 func vmiRef(ns, name string, uid types.UID, rv string) *corev1.ObjectReference {
@@ -72,8 +74,11 @@ func (a *Agent) applyGrow(ctx context.Context, snap Snapshot, st *vmiState, vmi 
 	}
 	delete(st.warned, v.Name+"/FilesystemExpansionFailed")
 	a.obs.VolumeSizes(vmi.Namespace, vmi.Name, v.Name, r)
+	// Storage backends round a device up, and filesystems round down, so
+	// only a claim below the current size by more than that slack is a
+	// request to shrink.
 	current := r.DeviceBytes
-	if current > 0 && v.CapacityBytes > 0 && v.CapacityBytes < current {
+	if current > 0 && v.CapacityBytes > 0 && v.CapacityBytes < current-mount.GrowSlackBytes {
 		a.obs.OpAttempt(string(opGrow), string(Unchanged), d)
 		a.obs.Expansion(ExpansionShrinkIgnored)
 		a.warnOnce(st, ref, v.Name, "ShrinkIgnored", fmt.Sprintf("Volume %s: claim capacity %s is below the current size %s; volumes are never shrunk",

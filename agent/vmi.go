@@ -160,16 +160,23 @@ func (i *PersistentVolumeClaimInfo) Mode() VolumeMode {
 	return VolumeMode(i.VolumeMode)
 }
 
-// CapacityBytes is capacity.storage in bytes, 0 when unknown.
+// CapacityBytes is the size the claim is meant to have: the larger of
+// capacity.storage and requests.storage, 0 when both are unknown. Requests
+// count because of the very case hpmount exists for: once the attachment
+// pod was replaced, NodeExpandVolume never runs, so the PVC's
+// status.capacity can stay at the old size while the user's request (and
+// the device) grew.
 func (i *PersistentVolumeClaimInfo) CapacityBytes() int64 {
 	if i == nil {
 		return 0
 	}
-	q, ok := i.Capacity[corev1.ResourceStorage]
-	if !ok {
-		return 0
+	var n int64
+	for _, list := range []corev1.ResourceList{i.Capacity, i.Requests} {
+		if q, ok := list[corev1.ResourceStorage]; ok {
+			n = max(n, q.Value())
+		}
 	}
-	return q.Value()
+	return n
 }
 
 // Overhead parses filesystemOverhead; empty is 0.

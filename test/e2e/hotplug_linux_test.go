@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestHotplugLifecycle walks one VMI through hotplug, unplug, attachment-pod
@@ -169,4 +170,33 @@ func (v *vm) waitGoneNode(vol simnodeVolume) {
 		}
 		return nil
 	})
+}
+
+// TestCleanupWhileAgentDown: the VMI and its launcher are deleted while the
+// agent is not running. The restarted agent has no memory of them; it finds
+// the launcher's leftovers on disk and cleans them, so the kubelet can
+// remove the pod's directory.
+func TestCleanupWhileAgentDown(t *testing.T) {
+	e := newEnv(t)
+	v := e.newVM("tenant-d", "gone")
+	data := v.addVolume("data", "ext4", 64<<20)
+	raw := v.addVolume("raw", "", 32<<20)
+	v.newAttachmentPod(data, raw)
+	v.apply()
+	v.waitMounted(data)
+	v.waitNode(raw)
+
+	e.agent.cmd.Process.Signal(unix.SIGKILL)
+	<-e.agent.done
+	if err := e.ctrl.DeleteVMI(e.ctx, v.ns, v.name); err != nil {
+		t.Fatal(err)
+	}
+	// Grace period 0: the pod object goes at once, as after the kubelet
+	// confirmed its containers stopped.
+	if err := e.kube.CoreV1().Pods(v.ns).Delete(e.ctx, v.launcher.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	e.startAgent()
+	v.waitGone(data)
+	v.waitGoneNode(raw)
 }

@@ -57,9 +57,14 @@ func TestResizeAfterReplacement(t *testing.T) {
 		if err := v.disks["xfsvol"].Grow(480 << 20); err != nil {
 			t.Fatal(err)
 		}
-		v.setCapacity("xfsvol", 480<<20)
+		v.setRequest("xfsvol", 480<<20)
 		v.apply()
 		e.waitEvent(v.ns, v.name, "FilesystemExpanded", "xfsvol")
+		for _, ev := range e.events(v.ns, v.name) {
+			if ev.Reason == "ShrinkIgnored" {
+				t.Fatalf("growth was reported as a shrink: %s", ev.Message)
+			}
+		}
 		after := v.launcherStatfs(t, xfs)
 		if after <= before+100<<20 {
 			t.Fatalf("launcher sees %d bytes, was %d: not grown", after, before)

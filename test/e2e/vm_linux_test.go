@@ -136,6 +136,17 @@ func (v *vm) setCapacity(name string, size int64) {
 	for i := range v.vols {
 		if v.vols[i].Name == name {
 			v.vols[i].Capacity = simnode.Mi(size >> 20)
+			v.vols[i].Requests = ""
+		}
+	}
+}
+
+// setRequest raises only the claim's request, as a user expanding a PVC
+// does: with no pod publishing it, status.capacity stays behind.
+func (v *vm) setRequest(name string, size int64) {
+	for i := range v.vols {
+		if v.vols[i].Name == name {
+			v.vols[i].Requests = simnode.Mi(size >> 20)
 		}
 	}
 }

@@ -30,7 +30,10 @@ type Controller struct {
 type Volume struct {
 	Name, Claim, PV string
 	Block           bool
-	Capacity        string // e.g. "400Mi"
+	Capacity        string // status.capacity, e.g. "400Mi"
+	// Requests is spec.resources.requests; empty means Capacity. After an
+	// expansion whose NodeExpandVolume never ran, it is the larger one.
+	Requests string
 	// Hotpluggable false makes it an ordinary (boot) volume.
 	NotHotpluggable bool
 }
@@ -134,7 +137,7 @@ func (s VMISpec) Object() *unstructured.Unstructured {
 			"persistentVolumeClaimInfo": map[string]any{
 				"claimName": v.Claim, "volumeMode": mode, "filesystemOverhead": "0.055",
 				"capacity": map[string]any{"storage": v.Capacity},
-				"requests": map[string]any{"storage": v.Capacity},
+				"requests": map[string]any{"storage": cmp.Or(v.Requests, v.Capacity)},
 			},
 		}
 		if uid, ok := s.Attachment[v.Name]; ok && !v.NotHotpluggable {

@@ -1,0 +1,45 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestSweepOrphans(t *testing.T) {
+	terminated := func(p *corev1.Pod) {
+		p.UID = "terminated-uid"
+		p.Status.Phase = corev1.PodSucceeded
+	}
+	tests := []struct {
+		name     string
+		pods     []*corev1.Pod
+		launcher types.UID
+		detached bool
+	}{
+		{"launcher pod deleted while the agent was down", nil, "gone-uid", true},
+		{"launcher pod terminated", []*corev1.Pod{launcherPod(terminated)}, "terminated-uid", true},
+		{"running launcher is never touched", []*corev1.Pod{launcherPod()}, launcherUID, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := newTestAgent(t, nil)
+			ta.addPods(t, tt.pods...)
+			ta.engine.setObserved(tt.launcher, healthyObserved("a", Filesystem), healthyObserved("b", Block))
+			if err := ta.reconcile(context.Background(), orphanSweepKey); err != nil {
+				t.Fatal(err)
+			}
+			got := ta.engine.changing()
+			want := []string(nil)
+			if tt.detached {
+				want = []string{"detach " + string(tt.launcher) + " a", "detach " + string(tt.launcher) + " b"}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("changing calls %v, want %v", got, want)
+			}
+		})
+	}
+}
