@@ -16,6 +16,7 @@ import (
 // Refusal reasons, reported to Observer.Refusal and in Event messages.
 const (
 	RefusedUnsafeName         = "unsafe-volume-name"
+	RefusedUnsafeContent      = "unsafe-content"
 	RefusedAttachNamespace    = "attachment-pod-namespace"
 	RefusedAttachLabel        = "attachment-pod-label"
 	RefusedAttachOwner        = "attachment-pod-owner"

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/hpmount/hpmount/isolation"
 )
 
 const apiTimeout = 10 * time.Second
@@ -253,6 +255,13 @@ func (a *Agent) applyAttach(ctx context.Context, snap Snapshot, st *vmiState, re
 		}
 		log.Info("volume not published yet by the attachment pod")
 		return false, fmt.Errorf("volume %q: %w", o.Name, err)
+	case errors.Is(err, isolation.ErrUnsafePath):
+		// Tenant content the engine will not touch (a disk.img that is a
+		// link, a device, a hard link...): a refusal, reported with the
+		// other refusals of this volume, not an error to retry quickly.
+		a.obs.OpAttempt(string(o.Kind), "refused", d)
+		o.Intent.Refused = &Refusal{RefusedUnsafeContent, fmt.Sprintf("volume %q: %v", o.Name, err)}
+		return false, nil
 	case err != nil:
 		a.obs.OpAttempt(string(o.Kind), "error", d)
 		if ctx.Err() != nil {

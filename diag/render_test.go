@@ -109,7 +109,7 @@ func TestJudgeOrderAndExitCode(t *testing.T) {
 	}
 	v = Volume{}
 	judge(&v, &findings{stacked: 3, target: "/t"})
-	if v.Verdict != Stacked || !strings.Contains(v.Hint, "`umount /t` 2 times") {
+	if v.Verdict != Stacked || !strings.Contains(v.Hint, "`umount /t` 2 time(s)") {
 		t.Errorf("stacked: %s %q", v.Verdict, v.Hint)
 	}
 	if ExitCode(&Report{}, nil) != ExitOK || ExitCode(&Report{Problems: 1}, nil) != ExitProblems || ExitCode(nil, cannotRunf("x", "y")) != ExitCannotRun {

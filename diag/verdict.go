@@ -76,13 +76,13 @@ func hintFor(verdict Verdict, f *findings) string {
 		}
 		return fmt.Sprintf("the mounted disk.img is deleted or from another device: the agent replaces the mount on its next reconcile; or `umount %s`", f.target)
 	case Stacked:
-		return fmt.Sprintf("unmount all but one: `umount %s` %d times, the agent will remount", f.target, f.stacked-1)
+		return fmt.Sprintf("unmount the extra mounts: run `umount %s` %d time(s); the agent then leaves exactly one", f.target, f.stacked-1)
 	case WrongDevice:
 		return fmt.Sprintf("the node is not the published device: the agent replaces it on its next reconcile; or `rm %s` and let it recreate the node", f.target)
 	case NotAllowed:
 		return "the launcher's device cgroup does not allow the device: check the agent's --cgroup-root/--cgroup-mode and its logs; it re-adds the rule on its next reconcile"
 	case NeedsFSExpand:
-		return fmt.Sprintf("the filesystem is smaller than its device: run the agent with --grow-filesystems, or `xfs_growfs %s` (xfs) / `resize2fs <device>` (ext4)", f.target)
+		return fmt.Sprintf("the filesystem is smaller than its device: look for a FilesystemExpansionFailed Event on the VMI (the agent grows it unless --grow-filesystems=false), or run `xfs_growfs %s` (xfs) / `resize2fs <device>` (ext4)", f.target)
 	}
 	return ""
 }

@@ -43,7 +43,7 @@ func newAgentCommand() *cobra.Command {
 	f.IntVar(&cfg.QEMUGID, "qemu-gid", cfg.QEMUGID, "owner gid of what is made in the launcher")
 	f.BoolVar(&cfg.ReportVolumeStatus, "report-volume-status", cfg.ReportVolumeStatus, "patch the VMI's status.volumeStatus (MountedToPod/UnMountedFromPod)")
 	f.BoolVar(&cfg.GrowFilesystems, "grow-filesystems", cfg.GrowFilesystems, "grow mounted filesystem-mode volumes online")
-	f.BoolVar(&cfg.ExpandDiskImages, "expand-disk-images", cfg.ExpandDiskImages, "also grow disk.img after its filesystem grew")
+	f.BoolVar(&cfg.ExpandDiskImages, "expand-disk-images", cfg.ExpandDiskImages, "also grow disk.img to KubeVirt's usable size for the claim: (1 - filesystemOverhead) x min(capacity, free + allocated), MiB-aligned; never shrinks")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "how often every VMI is reconciled without an API change")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "reconcile workers")
 	return cmd

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,12 +84,29 @@ func TestRefusals(t *testing.T) {
 		}
 	})
 
+	e.step("disk.img that is a symlink to a host file", func(t *testing.T) {
+		v := e.newVM("tenant-b", "linked")
+		vol := v.addVolume("data", "ext4", 64<<20)
+		pod := v.newAttachmentPod(vol)
+		img := filepath.Join(e.node.CSIMountDir(string(pod.UID), vol.PV), "disk.img")
+		if err := os.Remove(img); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/etc/shadow", img); err != nil {
+			t.Fatal(err)
+		}
+		v.apply()
+		e.waitEvent(v.ns, v.name, "HotplugRefused", "symlink")
+		time.Sleep(time.Second)
+		assertEmpty(t, e.node.HotplugDisksDir(string(v.launcher.UID)))
+	})
+
 	e.step("refusals are counted", func(t *testing.T) {
 		text, err := e.agent.scrape()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, reason := range []string{"attachment-pod-owner", "launcher-node", "unsafe-volume-name"} {
+		for _, reason := range []string{"attachment-pod-owner", "launcher-node", "unsafe-volume-name", "unsafe-content"} {
 			if !strings.Contains(text, `hpmount_refusals_total{reason="`+reason+`"}`) {
 				t.Errorf("no refusal counted for %s", reason)
 			}
