@@ -1,0 +1,18 @@
+// Command demo is `make demo`: a narrated walk-through of hpmount on a
+// simulated node, and a smoke test of the built binary.
+//
+// It starts a real control plane (etcd + kube-apiserver, package
+// test/cluster) and a simulated node (package test/simnode: a kubelet root
+// with real ext4/xfs filesystems on loop devices, a virt-launcher process in
+// a slave mount namespace and its own device cgroup), applies deploy/rbac.yaml
+// and runs `hpmount agent` (the --binary) with that ServiceAccount's token
+// against the node. Then it plays virt-controller and the kubelet through six
+// steps: hotplug, attachment-pod replacement, resize after replacement,
+// unplug, an agent crash and VMI deletion. After each step it shows what the
+// launcher sees, `hpmount diag`, a few metrics and the VMI's Events.
+//
+// Everything runs in a private mount namespace of its own; on exit (also on
+// Ctrl-C) the agent is killed, the control plane stopped and the mounts, loop
+// devices and cgroups removed. A step whose expectation fails ends the demo
+// with a non-zero exit status. It needs Linux and root.
+package main
