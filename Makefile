@@ -28,10 +28,12 @@ vet:
 	GOOS=darwin $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
-# Every test, root tests included; a skipped test fails the run.
+# Every test, root tests included; a skipped test fails the run. Packages
+# run one at a time (-p 1): several start their own etcd and kube-apiserver,
+# and on a 2-core machine running those side by side only makes them time out.
 test: deps tools vet build
 	set -o pipefail; HPMOUNT_REQUIRE_ROOT=1 HPMOUNT_BINARY=$(CURDIR)/bin/hpmount \
-	  $(GO) test -count=1 -timeout 20m -json ./... | $(GO) run ./test/testsummary
+	  $(GO) test -count=1 -p 1 -timeout 20m -json ./... | $(GO) run ./test/testsummary
 
 bench: deps
 	HPMOUNT_REQUIRE_ROOT=1 $(GO) test -run '^$$' -bench . -benchmem ./...
