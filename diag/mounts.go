@@ -134,28 +134,13 @@ func (e *findmntEntry) info() (mount.Info, error) {
 	if i.Parent, err = looseInt("parent", e.Parent); err != nil {
 		return i, err
 	}
-	majMin := str(e.MajMin)
-	maj, min, ok := strings.Cut(majMin, ":")
-	ma, err1 := strconv.ParseUint(strings.TrimSpace(maj), 10, 32)
-	mi, err2 := strconv.ParseUint(strings.TrimSpace(min), 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return i, fmt.Errorf("maj:min %q is not MAJ:MIN", majMin)
+	if i.Major, i.Minor, err = mount.ParseDev(str(e.MajMin)); err != nil {
+		return i, fmt.Errorf("maj:min: %w", err)
 	}
-	i.Major, i.Minor = uint32(ma), uint32(mi)
 	i.Root, i.MountPoint = str(e.FSRoot), str(e.Target)
 	i.Source, i.FSType = str(e.Source), str(e.FSType)
 	i.Options, i.SuperOptions = str(e.VFSOptions), str(e.FSOptions)
-	for _, f := range strings.Fields(str(e.OptFields)) {
-		tag, val, _ := strings.Cut(f, ":")
-		switch tag {
-		case "shared":
-			i.Shared, _ = strconv.Atoi(val)
-		case "master":
-			i.Master, _ = strconv.Atoi(val)
-		case "unbindable":
-			i.Unbindable = true
-		}
-	}
+	i.SetOptionalFields(strings.Fields(str(e.OptFields)))
 	if e.OptFields == nil && strings.Contains(str(e.Propagation), "unbindable") {
 		i.Unbindable = true
 	}

@@ -97,15 +97,32 @@ func parseLine(line []byte) (Info, error) {
 	if i.Parent, err = strconv.Atoi(f[1]); err != nil {
 		return i, fmt.Errorf("parent id %q: %w", f[1], err)
 	}
-	maj, min, ok := strings.Cut(f[2], ":")
+	if i.Major, i.Minor, err = ParseDev(f[2]); err != nil {
+		return i, err
+	}
+	i.Root, i.MountPoint, i.Options = unescape(f[3]), unescape(f[4]), f[5]
+	i.SetOptionalFields(f[6:sep])
+	i.FSType, i.Source = unescape(f[sep+1]), unescape(f[sep+2])
+	i.SuperOptions = f[sep+3]
+	return i, nil
+}
+
+// ParseDev parses a device number written "MAJ:MIN".
+func ParseDev(s string) (major, minor uint32, err error) {
+	maj, min, ok := strings.Cut(strings.TrimSpace(s), ":")
 	ma, err1 := strconv.ParseUint(maj, 10, 32)
 	mi, err2 := strconv.ParseUint(min, 10, 32)
 	if !ok || err1 != nil || err2 != nil {
-		return i, fmt.Errorf("device %q is not MAJ:MIN", f[2])
+		return 0, 0, fmt.Errorf("device %q is not MAJ:MIN", s)
 	}
-	i.Major, i.Minor = uint32(ma), uint32(mi)
-	i.Root, i.MountPoint, i.Options = unescape(f[3]), unescape(f[4]), f[5]
-	for _, opt := range f[6:sep] {
+	return uint32(ma), uint32(mi), nil
+}
+
+// SetOptionalFields records the propagation tags of mountinfo's optional
+// fields (shared:N, master:N, unbindable), as findmnt's OPT-FIELDS also
+// lists them.
+func (i *Info) SetOptionalFields(fields []string) {
+	for _, opt := range fields {
 		tag, val, _ := strings.Cut(opt, ":")
 		switch tag {
 		case "shared":
@@ -116,9 +133,6 @@ func parseLine(line []byte) (Info, error) {
 			i.Unbindable = true
 		}
 	}
-	i.FSType, i.Source = unescape(f[sep+1]), unescape(f[sep+2])
-	i.SuperOptions = f[sep+3]
-	return i, nil
 }
 
 // unescape decodes the kernel's octal escapes; anything malformed is kept

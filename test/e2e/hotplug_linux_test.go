@@ -172,8 +172,8 @@ func (v *vm) waitGoneNode(vol simnodeVolume) {
 	})
 }
 
-// TestCleanupWhileAgentDown: the VMI and its launcher are deleted while the
-// agent is not running. The restarted agent has no memory of them; it finds
+// TestCleanupWhileAgentDown: the agent is stopped with SIGTERM (mounts stay)
+// and the VMI and its launcher are deleted while it is not running. The restarted agent has no memory of them; it finds
 // the launcher's leftovers on disk and cleans them, so the kubelet can
 // remove the pod's directory.
 func TestCleanupWhileAgentDown(t *testing.T) {
@@ -186,8 +186,23 @@ func TestCleanupWhileAgentDown(t *testing.T) {
 	v.waitMounted(data)
 	v.waitNode(raw)
 
-	e.agent.cmd.Process.Signal(unix.SIGKILL)
+	// SIGTERM: the agent stops cleanly and leaves every mount in place.
+	ids := map[string]int{}
+	top, _ := e.table().Top(v.target(data))
+	ids["data"] = top.ID
+	if err := e.agent.cmd.Process.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	<-e.agent.done
+	if st := e.agent.cmd.ProcessState; st == nil || !st.Success() {
+		t.Fatalf("agent did not exit cleanly on SIGTERM: %v", st)
+	}
+	if top, n := e.table().Top(v.target(data)); top == nil || top.ID != ids["data"] || n != 1 {
+		t.Fatalf("SIGTERM disturbed the mount: %+v, %d mounts", top, n)
+	}
+	if _, err := os.Lstat(v.target(raw)); err != nil {
+		t.Fatalf("SIGTERM removed the block node: %v", err)
+	}
 	if err := e.ctrl.DeleteVMI(e.ctx, v.ns, v.name); err != nil {
 		t.Fatal(err)
 	}
