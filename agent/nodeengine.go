@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/blockdev"
@@ -113,7 +110,7 @@ func (e *NodeEngine) Snapshot(ctx context.Context) (Snapshot, error) {
 
 // hotplugDisksDir is the launcher's emptyDir, relative to the kubelet root.
 func hotplugDisksDir(launcher types.UID) string {
-	return path.Join("pods", string(launcher), "volumes", "kubernetes.io~empty-dir", "hotplug-disks")
+	return mount.HotplugDisksDir(string(launcher))
 }
 
 // Observe lists the launcher's file binds and block nodes.
@@ -290,41 +287,15 @@ func (e *NodeEngine) blockSize(dir, name string) (GrowResult, error) {
 func (e *NodeEngine) Launchers(ctx context.Context, s Snapshot) ([]types.UID, error) {
 	var uids []types.UID
 	err := e.ns.Do(func() error {
-		root, err := isolation.OpenRoot(e.attacher.KubeletRoot)
-		if err != nil {
-			return err
-		}
-		defer root.Close()
-		pods, err := isolation.OpenBeneath(root, "pods", isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-		if errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		defer pods.Close()
-		names, err := pods.Readdirnames(-1)
-		if err != nil {
-			return fmt.Errorf("list %q: %w", pods.Name(), err)
-		}
-		for _, name := range names {
-			if hasEntries(root, hotplugDisksDir(types.UID(name))) {
-				uids = append(uids, types.UID(name))
+		dirs, err := mount.LauncherDirs(e.attacher.KubeletRoot)
+		for _, d := range dirs {
+			if !d.Empty {
+				uids = append(uids, types.UID(d.UID))
 			}
 		}
-		return nil
+		return err
 	})
 	return uids, err
-}
-
-func hasEntries(root *os.File, rel string) bool {
-	dir, err := isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-	if err != nil {
-		return false
-	}
-	defer dir.Close()
-	names, _ := dir.Readdirnames(1)
-	return len(names) > 0
 }
 
 func fileChange(r mount.Result) Change {

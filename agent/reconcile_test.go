@@ -311,18 +311,27 @@ func TestReconcileGrowReports(t *testing.T) {
 		err    error
 		event  string
 		text   string
+		before string // an earlier claim capacity
 	}{
 		{"grown", GrowResult{DeviceBytes: 10 << 30, FilesystemBefore: 5 << 30, FilesystemAfter: 10 << 30, FilesystemType: "xfs", Grown: true},
-			nil, "Normal FilesystemExpanded", "grew from 5Gi to 10Gi"},
+			nil, "Normal FilesystemExpanded", "grew from 5Gi to 10Gi", ""},
 		{"missing capability", GrowResult{}, errors.New("grow ext4 on \"/dev/loop3\": operation not permitted (needs CAP_SYS_RESOURCE)"),
-			"Warning FilesystemExpansionFailed", "CAP_SYS_RESOURCE"},
-		{"shrink ignored", GrowResult{DeviceBytes: 20 << 30}, nil, "Warning ShrinkIgnored", "below the current size 20Gi"},
+			"Warning FilesystemExpansionFailed", "CAP_SYS_RESOURCE", ""},
+		{"shrink ignored", GrowResult{DeviceBytes: 20 << 30}, nil, "Warning ShrinkIgnored", "below the current size 20Gi", "30Gi"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := standardAgent(t, nil)
 			ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem))
 			ta.engine.grow["hp"], ta.engine.growErr["hp"] = tt.result, tt.err
+			if tt.before != "" {
+				// The claim had a larger size before: a shrink is a claim
+				// that went down.
+				ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID, capacity: tt.before}))
+				if err := ta.reconcile(context.Background(), testKey); err != nil {
+					t.Fatal(err)
+				}
+			}
 			ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
 			if err := ta.reconcile(context.Background(), testKey); err != nil {
 				t.Fatal(err)

@@ -64,6 +64,7 @@ func (a *Agent) applyGrow(ctx context.Context, snap Snapshot, st *vmiState, vmi 
 	if ctx.Err() != nil {
 		return
 	}
+	prev, seen := st.capacity[v.Name]
 	st.capacity[v.Name] = v.CapacityBytes
 	if err != nil {
 		a.obs.OpAttempt(string(opGrow), "error", d)
@@ -74,11 +75,12 @@ func (a *Agent) applyGrow(ctx context.Context, snap Snapshot, st *vmiState, vmi 
 	}
 	delete(st.warned, v.Name+"/FilesystemExpansionFailed")
 	a.obs.VolumeSizes(vmi.Namespace, vmi.Name, v.Name, r)
-	// Storage backends round a device up, and filesystems round down, so
-	// only a claim below the current size by more than that slack is a
-	// request to shrink.
+	// A shrink request is a claim that went down and is now below the
+	// current size by more than the slack by which backends round devices
+	// up. A device that grew before the claim's new size reached the VMI
+	// status is not one.
 	current := r.DeviceBytes
-	if current > 0 && v.CapacityBytes > 0 && v.CapacityBytes < current-mount.GrowSlackBytes {
+	if seen && v.CapacityBytes < prev && v.CapacityBytes > 0 && current > 0 && v.CapacityBytes < current-mount.GrowSlackBytes {
 		a.obs.OpAttempt(string(opGrow), string(Unchanged), d)
 		a.obs.Expansion(ExpansionShrinkIgnored)
 		a.warnOnce(st, ref, v.Name, "ShrinkIgnored", fmt.Sprintf("Volume %s: claim capacity %s is below the current size %s; volumes are never shrunk",

@@ -32,7 +32,7 @@ type inspector struct {
 }
 
 func hotplugDisksRel(podUID string) string {
-	return path.Join("pods", podUID, "volumes", "kubernetes.io~empty-dir", agent.HotplugDisksVolume)
+	return mount.HotplugDisksDir(podUID)
 }
 
 func (in *inspector) hostPath(rel string) string { return filepath.Join(in.opts.KubeletRoot, rel) }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mount"
 )
 
 // Read-only looks at the kubelet tree, run in the host mount namespace,
@@ -98,33 +98,12 @@ func (in *inspector) checkDiskImage(sourceDir string) (int64, error) {
 func (in *inspector) launcherDirs() ([]string, error) {
 	var uids []string
 	err := in.ns.Do(func() error {
-		root, err := isolation.OpenRoot(in.opts.KubeletRoot)
-		if err != nil {
-			return err
+		dirs, err := mount.LauncherDirs(in.opts.KubeletRoot)
+		for _, d := range dirs {
+			uids = append(uids, d.UID)
 		}
-		defer root.Close()
-		pods, err := isolation.OpenBeneath(root, "pods", isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		defer pods.Close()
-		names, err := pods.Readdirnames(-1)
-		if err != nil {
-			return fmt.Errorf("list %q: %w", pods.Name(), err)
-		}
-		for _, uid := range names {
-			d, err := isolation.OpenBeneath(root, hotplugDisksRel(uid), isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
-			if err == nil {
-				d.Close()
-				uids = append(uids, uid)
-			}
-		}
-		return nil
+		return err
 	})
-	sort.Strings(uids)
 	return uids, err
 }
 
