@@ -7,4 +7,10 @@
 // (Table) serves a whole batch of volumes: it answers whether a target is
 // mounted, from which device and root, whether mounts are stacked on it, and
 // whether the mounted file's source is gone.
+//
+// Grower closes the gap the built-in mounter leaves after an attachment pod
+// is replaced: it finds the filesystem under a launcher's bind by its
+// major:minor, without the attachment pod, and grows it online through an
+// agent-private mount of the same superblock when its device has grown. It
+// never shrinks, and it never truncates or deletes a disk.img.
 package mount
