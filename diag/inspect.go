@@ -169,7 +169,7 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 		default:
 			v.AttachmentPod.Publishes = ptr(true)
 			v.ExpectedSource = in.hostPath(path.Join(rel, "disk.img"))
-			size, err := in.checkDiskImage(rel)
+			size, err := in.attacher.CheckSource(rel)
 			if errors.Is(err, fs.ErrNotExist) {
 				// Deleted after it was mounted: what is mounted is judged below.
 				v.Detail = joinDetail(v.Detail, "the published volume has no disk.img")

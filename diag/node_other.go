@@ -16,10 +16,6 @@ func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 	return entry{}, isolation.ErrUnsupported
 }
 
-func (in *inspector) checkDiskImage(sourceDir string) (int64, error) {
-	return 0, isolation.ErrUnsupported
-}
-
 func (in *inspector) launcherDirs() ([]string, error) { return nil, isolation.ErrUnsupported }
 
 func (in *inspector) publishedBlockPath(uid, pv string) string { return "" }

@@ -176,3 +176,25 @@ func mountIDOf(fd int) (uint64, error) {
 	}
 	return stx.Mnt_id, nil
 }
+
+// FileKind names the file type in mode for refusals and reports, e.g.
+// "regular file", "symlink", "block device".
+func FileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFSOCK:
+		return "unix socket"
+	}
+	return "file of unknown type"
+}

@@ -166,6 +166,15 @@ func (a *Attacher) Attach(t *Table, sourceDir, targetDir, name string) (Result, 
 // mount is busy) and then unlinks the file, provided it is a regular file
 // once nothing is mounted on it. A missing target, or a missing targetDir,
 // is success (Unchanged).
+// CheckSource applies Attach's checks of sourceDir/disk.img (regular file,
+// one link, on the volume's own mount, reached without a symlink) without
+// mounting anything, and returns the image's size. A refusal wraps
+// isolation.ErrUnsafePath. diag uses it, so that it judges a volume by
+// exactly the agent's rule.
+func (a *Attacher) CheckSource(sourceDir string) (int64, error) {
+	return a.checkSource(sourceDir)
+}
+
 func (a *Attacher) Detach(t *Table, targetDir, name string) (Result, error) {
 	return a.detach(t, targetDir, name)
 }

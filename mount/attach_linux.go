@@ -64,6 +64,25 @@ func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (Result, 
 	return res, err
 }
 
+func (a *Attacher) checkSource(sourceDir string) (int64, error) {
+	var size int64
+	err := a.do(func() error {
+		root, err := openKubeletRoot(a.KubeletRoot)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		src, err := a.openSource(nil, root, sourceDir)
+		if err != nil {
+			return err
+		}
+		src.f.Close()
+		size = src.st.Size
+		return nil
+	})
+	return size, err
+}
+
 func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
@@ -128,7 +147,7 @@ func (a *Attacher) openSource(t *Table, root *os.File, sourceDir string) (*sourc
 	if err := unix.Fstat(int(f.Fd()), &src.st); err != nil {
 		return fail(fmt.Errorf("stat disk image %q: %w", f.Name(), err))
 	}
-	if kind := fileKind(src.st.Mode); kind != "regular file" {
+	if kind := isolation.FileKind(src.st.Mode); kind != "regular file" {
 		return fail(fmt.Errorf("disk image %q: %w: is a %s, not a regular file", f.Name(), isolation.ErrUnsafePath, kind))
 	}
 	if src.st.Nlink != 1 {
@@ -144,6 +163,9 @@ func (a *Attacher) openSource(t *Table, root *os.File, sourceDir string) (*sourc
 	}
 	if volID != fileID {
 		return fail(fmt.Errorf("disk image %q: %w: on mount %d, not on the volume's mount %d", f.Name(), isolation.ErrUnsafePath, fileID, volID))
+	}
+	if t == nil {
+		return src, nil
 	}
 	if src.vol = t.ByID(int(volID)); src.vol != nil {
 		src.root = rootOf(src.vol, filepath.Join(a.KubeletRoot, sourceDir, diskImage))
@@ -204,7 +226,7 @@ func inspectTarget(t *Table, dir *os.File, dirID uint64, file string) (target, e
 	if err := unix.Fstat(int(f.Fd()), &tg.st); err != nil {
 		return tg, fmt.Errorf("stat target %q: %w", where, err)
 	}
-	if kind := fileKind(tg.st.Mode); kind != "regular file" {
+	if kind := isolation.FileKind(tg.st.Mode); kind != "regular file" {
 		return tg, fmt.Errorf("target %q: %w: is a %s, not a regular file", where, isolation.ErrUnsafePath, kind)
 	}
 	if tg.id, err = isolation.MountID(f); err != nil {
@@ -327,7 +349,7 @@ func bindFile(src *source, dir *os.File, dirID uint64, file string) error {
 	if err := unix.Fstat(int(tf.Fd()), &st); err != nil {
 		return err
 	}
-	if kind := fileKind(st.Mode); kind != "regular file" {
+	if kind := isolation.FileKind(st.Mode); kind != "regular file" {
 		return fmt.Errorf("%w: target is a %s, not a regular file", isolation.ErrUnsafePath, kind)
 	}
 	if id, err := isolation.MountID(tf); err != nil || id != dirID {
@@ -463,7 +485,7 @@ func (a *Attacher) detachHere(t *Table, targetDir, name string) (Result, error) 
 	if err != nil {
 		return "", fmt.Errorf("stat target %q: %w", where, err)
 	}
-	if kind := fileKind(st.Mode); kind != "regular file" {
+	if kind := isolation.FileKind(st.Mode); kind != "regular file" {
 		return "", fmt.Errorf("target %q after unmounting: %w: is a %s, not a regular file", where, isolation.ErrUnsafePath, kind)
 	}
 	if err := unix.Unlinkat(int(dir.Fd()), file, 0); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -488,25 +510,4 @@ func ignoreUnsafe(err error) error {
 		return nil
 	}
 	return err
-}
-
-// fileKind names a file type for refusals.
-func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "regular file"
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFBLK:
-		return "block device"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFIFO:
-		return "FIFO"
-	case unix.S_IFSOCK:
-		return "unix socket"
-	}
-	return fmt.Sprintf("file of type %#o", mode&unix.S_IFMT)
 }

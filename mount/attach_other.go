@@ -23,3 +23,7 @@ func (a *Attacher) detach(t *Table, targetDir, name string) (Result, error) {
 func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
 	return nil, fmt.Errorf("observe %q: %w", targetDir, isolation.ErrUnsupported)
 }
+
+func (a *Attacher) checkSource(sourceDir string) (int64, error) {
+	return 0, fmt.Errorf("check %q: %w", sourceDir, isolation.ErrUnsupported)
+}
