@@ -191,14 +191,20 @@ func (a *Agent) process(ctx context.Context, key string) {
 	a.queue.AddRateLimited(key)
 }
 
-// state returns the remembered state of a key, creating it.
-func (a *Agent) state(key string) *vmiState {
+// stateFor returns the remembered state of a key, creating it. A new VMI
+// under the same name keeps only the launchers still to be cleaned.
+func (a *Agent) stateFor(key string, uid types.UID) *vmiState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, ok := a.states[key]
 	if !ok {
 		st = newVMIState()
 		a.states[key] = st
+	}
+	if st.uid != uid {
+		launchers := st.launchers
+		*st = *newVMIState()
+		st.launchers, st.uid = launchers, uid
 	}
 	return st
 }

@@ -2,18 +2,11 @@ package agent
 
 import (
 	"context"
-	"errors"
 
 	"k8s.io/apimachinery/pkg/types"
-)
 
-// VolumeMode is the PVC's volumeMode as KubeVirt reports it in
-// status.volumeStatus[].persistentVolumeClaimInfo.volumeMode.
-type VolumeMode string
-
-const (
-	Filesystem VolumeMode = "Filesystem"
-	Block      VolumeMode = "Block"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // Source says where the kubelet published a volume for the attachment pod.
@@ -29,7 +22,7 @@ type Source struct {
 // DesiredVolume is one hotplug volume that the VMI wants in its launcher.
 type DesiredVolume struct {
 	Name        string // the VMI's volume name; the target is <Name>.img or <Name>
-	Mode        VolumeMode
+	Mode        kubevirt.VolumeMode
 	LauncherUID types.UID
 	Source      Source
 	// CapacityBytes is the PVC capacity from the VMI status, 0 if unknown.
@@ -42,7 +35,7 @@ type DesiredVolume struct {
 // directory, with what the kernel says about it.
 type ObservedVolume struct {
 	Name string
-	Mode VolumeMode
+	Mode kubevirt.VolumeMode
 	// Filesystem mode: the top mount on <Name>.img, if any.
 	Mounted    bool
 	Stacked    int    // mounts on the target; >1 is a fault the engine repairs
@@ -53,17 +46,17 @@ type ObservedVolume struct {
 	DeviceMajor, DeviceMinor uint32
 }
 
-// Change is what an engine call did; Unchanged means no syscall changed
-// anything.
-type Change string
-
-const (
-	Unchanged Change = "unchanged"
-	Mounted   Change = "mounted"
-	Replaced  Change = "replaced"
-	Created   Change = "created" // block node made and allowed
-	Removed   Change = "removed"
-)
+// Healthy reports whether an observed entry already is what a volume of
+// mode wants: a single live mount, or a block node.
+func (o *ObservedVolume) Healthy(mode kubevirt.VolumeMode) bool {
+	if o == nil || o.Mode != mode {
+		return false
+	}
+	if mode == kubevirt.Filesystem {
+		return o.Mounted && o.Stacked <= 1 && !o.SourceGone
+	}
+	return true
+}
 
 // GrowResult reports an online filesystem growth check.
 type GrowResult struct {
@@ -74,12 +67,10 @@ type GrowResult struct {
 	DiskImageAfter    int64
 	FilesystemType    string
 	Grown, ImageGrown bool
+	// SlackBytes is by how much a claim may be below the device before it
+	// counts as a request to shrink: backends round devices up.
+	SlackBytes int64
 }
-
-// ErrNotPublished means the attachment pod does not (or no longer) publish
-// the volume. For a volume whose target is already mounted and healthy this
-// is the normal state after the attachment pod is replaced.
-var ErrNotPublished = errors.New("volume is not published by the attachment pod")
 
 // Snapshot is one read of the host mount table, shared by every call of a
 // batch so that a batch costs one mountinfo scan.
@@ -89,14 +80,22 @@ type Snapshot interface {
 }
 
 // Engine is the node side: everything that touches the host's mounts,
-// device nodes and cgroups. Every method is idempotent.
+// device nodes and cgroups. Every method is idempotent. Errors the agent
+// tells apart, the engine translates at its boundary:
+//   - a volume the attachment pod does not publish wraps
+//     kubelet.ErrNotPublished;
+//   - tenant content the engine will not touch is a *kubevirt.Refusal
+//     (reason kubevirt.RefusedUnsafeContent).
 type Engine interface {
 	Snapshot(ctx context.Context) (Snapshot, error)
 	// Observe lists what is in the launcher's hotplug-disks directory. A
 	// launcher whose directory does not exist yields no entries and no error.
 	Observe(ctx context.Context, s Snapshot, launcher types.UID) ([]ObservedVolume, error)
-	Attach(ctx context.Context, s Snapshot, v DesiredVolume) (Change, error)
-	Detach(ctx context.Context, s Snapshot, launcher types.UID, o ObservedVolume) (Change, error)
+	// Attach makes the volume visible in its launcher; the result is one
+	// of outcome.Unchanged, Mounted, Created or Replaced.
+	Attach(ctx context.Context, s Snapshot, v DesiredVolume) (outcome.Result, error)
+	// Detach removes an observed entry; outcome.Unchanged or Removed.
+	Detach(ctx context.Context, s Snapshot, launcher types.UID, o ObservedVolume) (outcome.Result, error)
 	// Grow checks a mounted filesystem-mode volume for a grown device and
 	// grows its filesystem (and, if enabled, its disk.img) online.
 	Grow(ctx context.Context, s Snapshot, v DesiredVolume) (GrowResult, error)

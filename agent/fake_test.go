@@ -8,8 +8,11 @@ import (
 	"sync"
 	"testing"
 
+	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
+
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -92,32 +95,32 @@ func (f *fakeEngine) setObserved(l types.UID, obs ...ObservedVolume) {
 	f.observed[l] = m
 }
 
-func (f *fakeEngine) Attach(_ context.Context, _ Snapshot, v DesiredVolume) (Change, error) {
+func (f *fakeEngine) Attach(_ context.Context, _ Snapshot, v DesiredVolume) (outcome.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("attach %s %s %s/%s", v.Name, v.Mode, v.Source.AttachmentPodUID, v.Source.PVName)
 	if err := f.attachErr[v.Name]; err != nil {
-		return Unchanged, err
+		return outcome.Unchanged, err
 	}
 	if f.observed[v.LauncherUID] == nil {
 		f.observed[v.LauncherUID] = map[string]ObservedVolume{}
 	}
-	if o, ok := f.observed[v.LauncherUID][v.Name]; ok && healthy(&o, v.Mode) {
-		return Unchanged, nil
+	if o, ok := f.observed[v.LauncherUID][v.Name]; ok && o.Healthy(v.Mode) {
+		return outcome.Unchanged, nil
 	}
 	f.observed[v.LauncherUID][v.Name] = healthyObserved(v.Name, v.Mode)
-	return Mounted, nil
+	return outcome.Mounted, nil
 }
 
-func (f *fakeEngine) Detach(_ context.Context, _ Snapshot, l types.UID, o ObservedVolume) (Change, error) {
+func (f *fakeEngine) Detach(_ context.Context, _ Snapshot, l types.UID, o ObservedVolume) (outcome.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("detach %s %s", l, o.Name)
 	if _, ok := f.observed[l][o.Name]; !ok {
-		return Unchanged, nil
+		return outcome.Unchanged, nil
 	}
 	delete(f.observed[l], o.Name)
-	return Removed, nil
+	return outcome.Removed, nil
 }
 
 func (f *fakeEngine) Grow(_ context.Context, _ Snapshot, v DesiredVolume) (GrowResult, error) {
@@ -146,143 +149,32 @@ func (f *fakeEngine) reset() {
 	f.calls = nil
 }
 
-func healthyObserved(name string, mode VolumeMode) ObservedVolume {
-	if mode == Block {
-		return ObservedVolume{Name: name, Mode: Block, DeviceMajor: 7, DeviceMinor: 3}
+func healthyObserved(name string, mode kubevirt.VolumeMode) ObservedVolume {
+	if mode == kubevirt.Block {
+		return ObservedVolume{Name: name, Mode: kubevirt.Block, DeviceMajor: 7, DeviceMinor: 3}
 	}
-	return ObservedVolume{Name: name, Mode: Filesystem, Mounted: true, Stacked: 1, SourceDev: "7:3", SourceRoot: "/disk.img"}
+	return ObservedVolume{Name: name, Mode: kubevirt.Filesystem, Mounted: true, Stacked: 1, SourceDev: "7:3", SourceRoot: "/disk.img"}
 }
 
-// Fixtures: VMI default/vm1 on node1 with launcher and attachment pod.
+// Fixtures: VMI default/vm1 on node1 with launcher and attachment pod,
+// from kubevirttest, under the short names the tests use.
 const (
-	testNS       = "default"
-	testVMI      = "vm1"
-	testKey      = testNS + "/" + testVMI
-	testNode     = "node1"
-	vmiUID       = types.UID("vmi-uid")
-	launcherUID  = types.UID("launcher-uid")
-	attachUID    = types.UID("attach-uid")
-	otherPodUID  = types.UID("other-uid")
-	testCapacity = "10Gi"
+	testNS      = kt.Namespace
+	testKey     = kt.Key
+	testNode    = kt.Node
+	launcherUID = kt.LauncherUID
+	attachUID   = kt.AttachUID
+	otherPodUID = kt.OtherPodUID
 )
 
-func launcherPod(mut ...func(*corev1.Pod)) *corev1.Pod {
-	ctrl := true
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: testNS, Name: "virt-launcher-vm1-abcde", UID: launcherUID,
-			Labels: map[string]string{LabelApp: AppVirtLauncher, LabelCreatedBy: string(vmiUID)},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: VMIAPIVersion, Kind: VMIKind, Name: testVMI, UID: vmiUID, Controller: &ctrl,
-			}},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: testNode,
-			Volumes: []corev1.Volume{{
-				Name: HotplugDisksVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
-			}},
-		},
-	}
-	for _, m := range mut {
-		m(p)
-	}
-	return p
-}
+var (
+	launcherPod   = kt.Launcher
+	attachmentPod = kt.AttachmentPod
+	vmiObject     = kt.VMIObject
+	pvc           = kt.PVC
+)
 
-func attachmentPod(mut ...func(*corev1.Pod)) *corev1.Pod {
-	ctrl := true
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: testNS, Name: "hp-volume-xyz12", UID: attachUID,
-			Labels: map[string]string{LabelApp: AppHotplugDisk},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Pod", Name: "virt-launcher-vm1-abcde", UID: launcherUID, Controller: &ctrl,
-			}},
-		},
-		Spec: corev1.PodSpec{NodeName: testNode},
-	}
-	for _, m := range mut {
-		m(p)
-	}
-	return p
-}
-
-// vol describes one volume of a VMI fixture.
-type vol struct {
-	name, claim string
-	dataVolume  bool
-	notHotplug  bool
-	noStatus    bool
-	attachUID   types.UID
-	mode        string
-	capacity    string
-	phase       string
-}
-
-func vmiObject(vols ...vol) *unstructured.Unstructured {
-	var specVols, statuses []any
-	for _, v := range vols {
-		src := map[string]any{"hotpluggable": !v.notHotplug}
-		sv := map[string]any{"name": v.name}
-		if v.dataVolume {
-			src["name"] = v.claim
-			sv["dataVolume"] = src
-		} else {
-			src["claimName"] = v.claim
-			sv["persistentVolumeClaim"] = src
-		}
-		specVols = append(specVols, sv)
-		if v.noStatus {
-			continue
-		}
-		capacity := v.capacity
-		if capacity == "" {
-			capacity = testCapacity
-		}
-		info := map[string]any{
-			"claimName":          v.claim,
-			"capacity":           map[string]any{"storage": capacity},
-			"requests":           map[string]any{"storage": capacity},
-			"filesystemOverhead": "0.055",
-		}
-		if v.mode != "" {
-			info["volumeMode"] = v.mode
-		}
-		st := map[string]any{
-			"name": v.name, "target": "", "phase": "AttachedToNode",
-			"persistentVolumeClaimInfo": info,
-		}
-		if v.phase != "" {
-			st["phase"] = v.phase
-		}
-		if v.attachUID != "" {
-			st["hotplugVolume"] = map[string]any{"attachPodName": "hp-volume-xyz12", "attachPodUID": string(v.attachUID)}
-		}
-		statuses = append(statuses, st)
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": VMIAPIVersion,
-		"kind":       VMIKind,
-		"metadata": map[string]any{
-			"namespace": testNS, "name": testVMI, "uid": string(vmiUID), "resourceVersion": "1",
-			"labels": map[string]any{LabelNodeName: testNode},
-		},
-		"spec": map[string]any{"volumes": specVols},
-		"status": map[string]any{
-			"nodeName":     testNode,
-			"activePods":   map[string]any{string(launcherUID): testNode},
-			"volumeStatus": statuses,
-		},
-	}}
-	return u
-}
-
-func pvc(name, pv string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name},
-		Spec:       corev1.PersistentVolumeClaimSpec{VolumeName: pv},
-	}
-}
+type vol = kt.Vol
 
 // testAgent is an agent whose informer caches are filled by hand.
 type testAgent struct {
@@ -304,7 +196,7 @@ func newTestAgent(t *testing.T, mut func(*Config), kubeObjs ...runtime.Object) *
 	}
 	kube := kubefake.NewClientset(kubeObjs...)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{VMIResource: "VirtualMachineInstanceList"})
+		map[schema.GroupVersionResource]string{kubevirt.VMIResource: "VirtualMachineInstanceList"})
 	eng := newFakeEngine()
 	a, err := New(cfg, kube, dyn, eng)
 	if err != nil {

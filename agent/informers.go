@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hpmount/hpmount/kubevirt"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,10 +45,10 @@ func (a *Agent) setupInformers() error {
 		}))
 	a.vmiFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(a.dyn, 0, metav1.NamespaceAll,
 		func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelNodeName: node}).String()
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{kubevirt.LabelNodeName: node}).String()
 		})
 	a.podInformer = a.podFactory.Core().V1().Pods().Informer()
-	a.vmiInformer = a.vmiFactory.ForResource(VMIResource).Informer()
+	a.vmiInformer = a.vmiFactory.ForResource(kubevirt.VMIResource).Informer()
 	for name, inf := range map[string]cache.SharedIndexInformer{"pods": a.podInformer, "vmis": a.vmiInformer} {
 		if err := inf.SetTransform(DropManagedFields); err != nil {
 			return fmt.Errorf("set transform on %s informer: %w", name, err)
@@ -97,22 +98,22 @@ func (a *Agent) enqueuePod(obj any) {
 
 // vmiKeysForPod maps a launcher or attachment pod to its VMI's key.
 func (a *Agent) vmiKeysForPod(pod *corev1.Pod) []string {
-	switch pod.Labels[LabelApp] {
-	case AppVirtLauncher:
-		if owner := metav1.GetControllerOf(pod); owner != nil && owner.Kind == VMIKind {
+	switch pod.Labels[kubevirt.LabelApp] {
+	case kubevirt.AppVirtLauncher:
+		if owner := metav1.GetControllerOf(pod); owner != nil && owner.Kind == kubevirt.VMIKind {
 			return []string{pod.Namespace + "/" + owner.Name}
 		}
-		if uid := pod.Labels[LabelCreatedBy]; uid != "" {
+		if uid := pod.Labels[kubevirt.LabelCreatedBy]; uid != "" {
 			if key, ok := a.vmiKeyByUID(types.UID(uid)); ok {
 				return []string{key}
 			}
 		}
-	case AppHotplugDisk:
+	case kubevirt.AppHotplugDisk:
 		owner := metav1.GetControllerOf(pod)
 		if owner == nil {
 			return nil
 		}
-		if launcher, ok := a.PodByUID(owner.UID); ok && launcher.Labels[LabelApp] == AppVirtLauncher {
+		if launcher, ok := a.PodByUID(owner.UID); ok && launcher.Labels[kubevirt.LabelApp] == kubevirt.AppVirtLauncher {
 			return a.vmiKeysForPod(launcher)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hpmount/hpmount/kubevirt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -81,8 +82,8 @@ func TestRunAttachesAndLeavesMountsOnShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	u := vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID})
-	if _, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
+	if _, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

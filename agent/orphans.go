@@ -3,9 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
-	"time"
 
-	"k8s.io/apimachinery/pkg/types"
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // orphanSweepKey is the work-queue key of the sweep for what deleted
@@ -30,35 +29,16 @@ func (a *Agent) sweepOrphans(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Nothing is remembered of an orphan: it belongs to no known VMI, so
+	// it gets no Events, only logs and metrics.
+	st := newVMIState()
 	var errs []error
 	for _, uid := range launchers {
-		if pod, ok := a.PodByUID(uid); ok && !podTerminated(pod) {
+		if pod, ok := a.PodByUID(uid); ok && !kubevirt.PodTerminated(pod) {
 			continue
 		}
-		errs = append(errs, a.detachOrphan(ctx, snap, uid))
-	}
-	return errors.Join(errs...)
-}
-
-func (a *Agent) detachOrphan(ctx context.Context, snap Snapshot, launcher types.UID) error {
-	log := a.log.With("launcher", string(launcher))
-	observed, err := a.engine.Observe(ctx, snap, launcher)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for i := range observed {
-		o := &observed[i]
-		t := time.Now()
-		change, err := a.engine.Detach(ctx, snap, launcher, *o)
-		if err != nil {
-			a.obs.OpAttempt(string(opDetach), "error", time.Since(t))
-			log.Error("cannot detach what a deleted launcher left", "volume", o.Name, "op", string(opDetach), "error", err.Error())
-			errs = append(errs, err)
-			continue
-		}
-		a.obs.OpAttempt(string(opDetach), string(change), time.Since(t))
-		log.Info("detached what a deleted launcher left", "volume", o.Name, "op", string(opDetach), "change", string(change))
+		log := a.log.With("launcher", string(uid), "orphan", true)
+		errs = append(errs, a.detachAll(ctx, snap, st, nil, log, uid))
 	}
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hpmount/hpmount/kubevirt"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -28,7 +29,7 @@ func TestSweepOrphans(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := newTestAgent(t, nil)
 			ta.addPods(t, tt.pods...)
-			ta.engine.setObserved(tt.launcher, healthyObserved("a", Filesystem), healthyObserved("b", Block))
+			ta.engine.setObserved(tt.launcher, healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block))
 			if err := ta.reconcile(context.Background(), orphanSweepKey); err != nil {
 				t.Fatal(err)
 			}

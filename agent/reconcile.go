@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 const apiTimeout = 10 * time.Second
@@ -42,277 +42,122 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 		// this node.
 		return a.cleanupGone(ctx, key)
 	}
-	vmi, err := DecodeVMI(u)
+	vmi, err := kubevirt.DecodeVMI(u)
 	if err != nil {
 		// Retrying cannot help until the object changes, which enqueues it.
 		a.log.Error("cannot decode vmi", "vmi", key, "error", err.Error())
 		return nil
 	}
-	st := a.state(key)
-	if st.uid != vmi.UID {
-		// A new VMI under the same name: keep only the launchers to clean.
-		launchers := st.launchers
-		*st = *newVMIState()
-		st.launchers = launchers
-		st.uid = vmi.UID
-	}
+	return a.reconcileVMI(ctx, key, vmi, u, resync)
+}
+
+// reconcileVMI cleans the VMI's launchers that are gone and reconciles the
+// one that runs here.
+func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI, u *unstructured.Unstructured, resync bool) error {
+	st := a.stateFor(key, vmi.UID)
 	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
 	log := a.log.With("vmi", key)
-
-	launcher, lerr := findLauncher(vmi, a.cfg.NodeName, a)
-	var refusal *Refusal
-	if errors.As(lerr, &refusal) {
-		a.refuse(st, ref, log, "", refusal)
+	launcher, refusal := kubevirt.FindLauncher(vmi, a.cfg.NodeName, a)
+	if refusal != nil {
+		a.emit(st, ref, log, event{Type: corev1.EventTypeWarning, Reason: EventHotplugRefused, Message: refusal.Message, Once: true, Refusal: refusal})
 	}
-	var stale []types.UID
-	for uid := range st.launchers {
-		if launcher != nil && uid == launcher.UID {
-			continue
-		}
-		if pod, ok := a.PodByUID(uid); !ok || podTerminated(pod) {
-			stale = append(stale, uid)
-		}
-	}
+	stale := a.staleLaunchers(st, launcher)
 	if launcher != nil {
 		st.launchers[launcher.UID] = true
-		delete(st.warned, "/"+reasonHotplugRefusedEvent)
+		delete(st.warned, onceKey("", EventHotplugRefused))
 	}
 	if launcher == nil && len(stale) == 0 {
 		a.reportPending(vmi)
 		return nil
 	}
-
 	snap, err := a.snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, uid := range stale {
-		if err := a.detachAll(ctx, snap, ref, log, uid); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		delete(st.launchers, uid)
+	errs := a.cleanLaunchers(ctx, snap, st, ref, log, stale)
+	if launcher != nil {
+		errs = append(errs, a.reconcileLauncher(ctx, snap, st, vmi, u, launcher, resync))
 	}
-	if launcher == nil {
-		return errors.Join(errs...)
-	}
-	errs = append(errs, a.reconcileLauncher(ctx, snap, st, vmi, u, launcher, resync))
 	return errors.Join(errs...)
 }
 
-// reconcileLauncher plans and applies the VMI's volumes for its verified
-// launcher.
-func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiState, vmi *VMI, u *unstructured.Unstructured, launcher *corev1.Pod, resync bool) error {
-	key := vmi.Namespace + "/" + vmi.Name
-	log := a.log.With("vmi", key)
-	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
+// reconcileLauncher runs one pass for the VMI's verified launcher:
+// desired → observed → plan → apply → summarize → report.
+func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiState, vmi *kubevirt.VMI, u *unstructured.Unstructured, launcher *corev1.Pod, resync bool) error {
 	a.pruneState(st, vmi)
-
 	intents := buildIntents(ctx, vmi, launcher, a, a.resolvePV(st))
 	observed, err := a.engine.Observe(ctx, snap, launcher.UID)
 	if err != nil {
 		return fmt.Errorf("observe launcher %s/%s: %w", launcher.Namespace, launcher.Name, err)
 	}
 	plan := buildPlan(planInput{
-		Spec:            &vmi.Spec,
-		Intents:         intents,
-		Observed:        observed,
-		Resync:          resync,
-		GrowFilesystems: a.cfg.GrowFilesystems,
+		Spec: &vmi.Spec, Intents: intents, Observed: observed,
+		Resync: resync, GrowFilesystems: a.cfg.GrowFilesystems,
 		CapacityChanged: func(name string, c int64) bool {
 			last, ok := st.capacity[name]
 			return !ok || last != c
 		},
 	})
-
-	mounted := map[string]bool{}
-	for i := range intents {
-		it := &intents[i]
-		if it.Refused == nil && healthy(findObserved(observed, it.Desired.Name), it.Desired.Mode) {
-			mounted[it.Desired.Name] = true
-		}
+	done := a.apply(ctx, snap, launcher.UID, plan)
+	s := summarize(summaryInput{
+		VMI: vmi, Intents: intents, Observed: observed, Applied: done,
+		ReportVolumeStatus: a.cfg.ReportVolumeStatus, LastCapacity: maps.Clone(st.capacity),
+	})
+	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
+	log := a.log.With("vmi", vmi.Namespace+"/"+vmi.Name)
+	a.report(ctx, st, ref, log, s)
+	if s.Requeue {
+		a.queue.AddAfter(vmi.Namespace+"/"+vmi.Name, time.Second)
 	}
-	updates := map[string]statusUpdate{}
-	failed := map[string]bool{}
-	attached := false
-	var errs []error
-	for _, o := range plan {
-		vlog := log.With("volume", o.Name, "op", string(o.Kind))
-		switch o.Kind {
-		case opDetach:
-			if err := a.applyDetach(ctx, snap, ref, vlog, launcher.UID, o.Observed); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if vmi.Status.VolumeStatusByName(o.Name) != nil {
-				updates[o.Name] = statusUpdate{PhaseUnMountedFromPod, ReasonUnMounted, fmt.Sprintf("Volume %s has been unmounted from virt-launcher pod", o.Name)}
-			}
-			a.obs.VolumeState(vmi.Namespace, vmi.Name, o.Name, string(o.Observed.Mode), StateUnmounted)
-		case opAttach, opVerify:
-			ok, err := a.applyAttach(ctx, snap, st, ref, vlog, o)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			if ok && !healthy(o.Observed, o.Intent.Desired.Mode) {
-				attached = true
-			}
-			if ok {
-				mounted[o.Name] = true
-			} else {
-				failed[o.Name] = true
-			}
-		case opGrow:
-			if failed[o.Name] {
-				continue
-			}
-			a.applyGrow(ctx, snap, st, vmi, ref, vlog, o.Intent)
-		}
-	}
-
-	for i := range intents {
-		it := &intents[i]
-		name := it.Desired.Name
-		if it.Refused == nil {
-			delete(st.warned, name+"/"+reasonHotplugRefusedEvent)
-		}
-		switch {
-		case it.Refused != nil:
-			a.refuse(st, ref, log.With("volume", name), name, it.Refused)
-			a.obs.VolumeState(vmi.Namespace, vmi.Name, name, string(it.Desired.Mode), StateRefused)
-		case mounted[name]:
-			if a.cfg.ReportVolumeStatus && it.Status != nil && it.Status.Phase != PhaseMountedToPod && it.Status.Phase != PhaseReady {
-				updates[name] = statusUpdate{PhaseMountedToPod, ReasonMountedToPod, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod", name)}
-			}
-			a.obs.VolumeState(vmi.Namespace, vmi.Name, name, string(it.Desired.Mode), StateMounted)
-		case failed[name]:
-			a.obs.VolumeState(vmi.Namespace, vmi.Name, name, string(it.Desired.Mode), StateFailed)
-		default:
-			a.obs.VolumeState(vmi.Namespace, vmi.Name, name, string(it.Desired.Mode), StatePending)
-		}
-		if it.Transient != nil {
-			errs = append(errs, fmt.Errorf("volume %q: %w", name, it.Transient))
-		}
-	}
-	if attached {
-		// Check what was just attached (growth, sizes) against a fresh
-		// snapshot soon, rather than waiting for the resync.
-		a.queue.AddAfter(key, time.Second)
-	}
-	if a.cfg.ReportVolumeStatus && len(updates) > 0 {
-		if err := a.patchVolumeStatus(ctx, u, updates); err != nil {
+	if a.cfg.ReportVolumeStatus && len(s.Status) > 0 {
+		if err := a.patchVolumeStatus(ctx, u, s.Status); err != nil {
 			log.Warn("cannot report volume status", "error", err.Error())
+			s.Errs = append(s.Errs, err)
+		}
+	}
+	return errors.Join(s.Errs...)
+}
+
+// staleLaunchers lists the launchers remembered for the VMI, other than
+// the current one, that are gone from this node or have terminated.
+func (a *Agent) staleLaunchers(st *vmiState, current *corev1.Pod) []types.UID {
+	var stale []types.UID
+	for _, uid := range slices.Sorted(maps.Keys(st.launchers)) {
+		if current != nil && uid == current.UID {
+			continue
+		}
+		if pod, ok := a.PodByUID(uid); !ok || kubevirt.PodTerminated(pod) {
+			stale = append(stale, uid)
+		}
+	}
+	return stale
+}
+
+// cleanLaunchers detaches everything from launchers that are gone and
+// forgets each one that is clean.
+func (a *Agent) cleanLaunchers(ctx context.Context, snap Snapshot, st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, uids []types.UID) []error {
+	var errs []error
+	for _, uid := range uids {
+		if err := a.detachAll(ctx, snap, st, ref, log.With("launcher", string(uid)), uid); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		delete(st.launchers, uid)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
-// podTerminated reports whether all containers of the pod have stopped for
-// good. A terminated launcher runs no QEMU; its mounts must go, or the
-// kubelet cannot tear down its emptyDir and the pod never disappears.
-func podTerminated(pod *corev1.Pod) bool {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return true
-	}
-	// A deleted pod whose containers all stopped: the kubelet is tearing
-	// down its volumes and waits for our mounts to go.
-	if pod.DeletionTimestamp == nil || len(pod.Status.ContainerStatuses) == 0 {
-		return false
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Terminated == nil {
-			return false
-		}
-	}
-	return true
-}
-
-func findObserved(obs []ObservedVolume, name string) *ObservedVolume {
-	for i := range obs {
-		if obs[i].Name == name {
-			return &obs[i]
-		}
-	}
-	return nil
-}
-
-// applyAttach calls Engine.Attach. It reports whether the volume is (or
-// stays) mounted. A volume that is observed healthy but no longer published
-// by its attachment pod is kept: that is the state after the attachment pod
-// was replaced.
-func (a *Agent) applyAttach(ctx context.Context, snap Snapshot, st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, o op) (bool, error) {
-	wasHealthy := healthy(o.Observed, o.Intent.Desired.Mode)
-	t := time.Now()
-	change, err := a.engine.Attach(ctx, snap, o.Intent.Desired)
-	d := time.Since(t)
-	switch {
-	case errors.Is(err, ErrNotPublished):
-		a.obs.OpAttempt(string(o.Kind), "not-published", d)
-		if wasHealthy {
-			log.Debug("volume not published by the attachment pod any more; keeping the healthy mount")
-			return true, nil
-		}
-		log.Info("volume not published yet by the attachment pod")
-		return false, fmt.Errorf("volume %q: %w", o.Name, err)
-	case errors.Is(err, isolation.ErrUnsafePath):
-		// Tenant content the engine will not touch (a disk.img that is a
-		// link, a device, a hard link...): a refusal, reported with the
-		// other refusals of this volume, not an error to retry quickly.
-		a.obs.OpAttempt(string(o.Kind), "refused", d)
-		o.Intent.Refused = &Refusal{RefusedUnsafeContent, fmt.Sprintf("volume %q: %v", o.Name, err)}
-		return false, nil
-	case err != nil:
-		a.obs.OpAttempt(string(o.Kind), "error", d)
-		if ctx.Err() != nil {
-			return wasHealthy, err
-		}
-		log.Error("attach failed", "error", err.Error())
-		a.warnOnce(st, ref, o.Name, "HotplugFailed", fmt.Sprintf("Volume %s could not be made available in virt-launcher pod: %v", o.Name, err))
-		return wasHealthy, fmt.Errorf("attach volume %q: %w", o.Name, err)
-	}
-	a.obs.OpAttempt(string(o.Kind), string(change), d)
-	delete(st.warned, o.Name+"/HotplugFailed")
-	if change != Unchanged {
-		log.Info("volume attached", "change", string(change), "mode", string(o.Intent.Desired.Mode))
-		a.recorder.Eventf(ref, corev1.EventTypeNormal, "VolumeMounted", "Volume %s has been mounted in virt-launcher pod (%s)", o.Name, change)
-	}
-	return true, nil
-}
-
-func (a *Agent) applyDetach(ctx context.Context, snap Snapshot, ref *corev1.ObjectReference, log *slog.Logger, launcher types.UID, o *ObservedVolume) error {
-	t := time.Now()
-	change, err := a.engine.Detach(ctx, snap, launcher, *o)
-	d := time.Since(t)
-	if err != nil {
-		a.obs.OpAttempt(string(opDetach), "error", d)
-		log.Error("detach failed", "error", err.Error())
-		if ctx.Err() == nil {
-			a.recorder.Eventf(ref, corev1.EventTypeWarning, "HotplugFailed", "Volume %s could not be removed from virt-launcher pod: %v", o.Name, err)
-		}
-		return fmt.Errorf("detach volume %q: %w", o.Name, err)
-	}
-	a.obs.OpAttempt(string(opDetach), string(change), d)
-	if change != Unchanged {
-		log.Info("volume detached", "change", string(change))
-		a.recorder.Eventf(ref, corev1.EventTypeNormal, "VolumeUnmounted", "Volume %s has been unmounted from virt-launcher pod", o.Name)
-	}
-	return nil
-}
-
-// detachAll removes everything observed in a launcher that is gone.
-func (a *Agent) detachAll(ctx context.Context, snap Snapshot, ref *corev1.ObjectReference, log *slog.Logger, launcher types.UID) error {
+// detachAll removes everything observed in a launcher that is gone: the
+// plan of a VMI that wants nothing there.
+func (a *Agent) detachAll(ctx context.Context, snap Snapshot, st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, launcher types.UID) error {
 	observed, err := a.engine.Observe(ctx, snap, launcher)
 	if err != nil {
 		return fmt.Errorf("observe gone launcher %s: %w", launcher, err)
 	}
-	var errs []error
-	for _, o := range buildPlan(planInput{Observed: observed}) {
-		if err := a.applyDetach(ctx, snap, ref, log.With("volume", o.Name, "op", string(o.Kind), "launcher", string(launcher)), launcher, o.Observed); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	done := a.apply(ctx, snap, launcher, buildPlan(planInput{Observed: observed}))
+	s := summarize(summaryInput{Observed: observed, Applied: done})
+	a.report(ctx, st, ref, log, s)
+	return errors.Join(s.Errs...)
 }
 
 // cleanupGone detaches everything of a VMI that left this node's cache and
@@ -321,10 +166,10 @@ func (a *Agent) cleanupGone(ctx context.Context, key string) error {
 	a.mu.Lock()
 	st, ok := a.states[key]
 	a.mu.Unlock()
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	if !ok {
 		return nil
 	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	log := a.log.With("vmi", key)
 	if len(st.launchers) > 0 {
 		snap, err := a.snapshot(ctx)
@@ -332,15 +177,7 @@ func (a *Agent) cleanupGone(ctx context.Context, key string) error {
 			return err
 		}
 		ref := vmiRef(ns, name, st.uid, "")
-		var errs []error
-		for _, uid := range slices.Sorted(maps.Keys(st.launchers)) {
-			if err := a.detachAll(ctx, snap, ref, log, uid); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			delete(st.launchers, uid)
-		}
-		if err := errors.Join(errs...); err != nil {
+		if err := errors.Join(a.cleanLaunchers(ctx, snap, st, ref, log, slices.Sorted(maps.Keys(st.launchers)))...); err != nil {
 			return err
 		}
 	}
@@ -385,7 +222,7 @@ func (a *Agent) resolvePV(st *vmiState) pvResolver {
 }
 
 // pruneState drops remembered data of volumes that left the VMI.
-func (a *Agent) pruneState(st *vmiState, vmi *VMI) {
+func (a *Agent) pruneState(st *vmiState, vmi *kubevirt.VMI) {
 	claims := map[string]bool{}
 	for _, v := range vmi.Spec.Volumes {
 		if c, ok := v.Hotpluggable(); ok {
@@ -406,17 +243,10 @@ func (a *Agent) pruneState(st *vmiState, vmi *VMI) {
 
 // reportPending marks every hotplug volume pending when there is no
 // launcher to attach to.
-func (a *Agent) reportPending(vmi *VMI) {
+func (a *Agent) reportPending(vmi *kubevirt.VMI) {
 	for _, v := range vmi.Spec.Volumes {
 		if _, ok := v.Hotpluggable(); ok {
-			a.obs.VolumeState(vmi.Namespace, vmi.Name, v.Name, string(vmi.Status.VolumeStatusByName(v.Name).mode()), StatePending)
+			a.obs.VolumeState(vmi.Namespace, vmi.Name, v.Name, string(vmi.Status.VolumeStatusByName(v.Name).Mode()), StatePending)
 		}
 	}
-}
-
-func (s *VolumeStatus) mode() VolumeMode {
-	if s == nil {
-		return Filesystem
-	}
-	return s.PersistentVolumeClaimInfo.Mode()
 }

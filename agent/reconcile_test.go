@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
+
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,12 +20,13 @@ import (
 )
 
 func TestBuildPlan(t *testing.T) {
-	spec := &VMISpec{Volumes: []Volume{
-		{Name: "a", PersistentVolumeClaim: &PVCVolumeSource{ClaimName: "ca", Hotpluggable: true}},
-		{Name: "b", PersistentVolumeClaim: &PVCVolumeSource{ClaimName: "cb", Hotpluggable: true}},
+	spec := &kubevirt.VMISpec{Volumes: []kubevirt.Volume{
+		{Name: "a", PersistentVolumeClaim: &kubevirt.PVCVolumeSource{ClaimName: "ca", Hotpluggable: true}},
+		{Name: "b", PersistentVolumeClaim: &kubevirt.PVCVolumeSource{ClaimName: "cb", Hotpluggable: true}},
 	}}
-	intent := func(name string, mode VolumeMode, attachable bool) volumeIntent {
-		return volumeIntent{Desired: DesiredVolume{Name: name, Mode: mode, LauncherUID: launcherUID}, Attachable: attachable}
+	intent := func(name string, mode kubevirt.VolumeMode, attachable bool) volumeIntent {
+		return volumeIntent{HotplugVolume: kubevirt.HotplugVolume{Name: name, Mode: mode},
+			Desired: DesiredVolume{Name: name, Mode: mode, LauncherUID: launcherUID}, Attachable: attachable}
 	}
 	unchanged := func(string, int64) bool { return false }
 	tests := []struct {
@@ -30,34 +35,35 @@ func TestBuildPlan(t *testing.T) {
 		want []string
 	}{
 		{"all healthy is empty", planInput{Spec: spec,
-			Intents:  []volumeIntent{intent("a", Filesystem, true), intent("b", Block, true)},
-			Observed: []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Block)}}, nil},
+			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Block, true)},
+			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}}, nil},
 		{"missing is attached", planInput{Spec: spec,
-			Intents: []volumeIntent{intent("a", Filesystem, true)}}, []string{"attach a"}},
-		{"stacked is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, true)},
-			Observed: []ObservedVolume{{Name: "a", Mode: Filesystem, Mounted: true, Stacked: 2}}}, []string{"attach a"}},
-		{"gone source is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, true)},
-			Observed: []ObservedVolume{{Name: "a", Mode: Filesystem, Mounted: true, Stacked: 1, SourceGone: true}}}, []string{"attach a"}},
-		{"removed from spec is detached first", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, true)},
-			Observed: []ObservedVolume{healthyObserved("zz", Filesystem)}}, []string{"detach zz", "attach a"}},
-		{"vmi gone detaches all", planInput{Observed: []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Block)}},
+			Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)}}, []string{"attach a"}},
+		{"stacked is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+			Observed: []ObservedVolume{{Name: "a", Mode: kubevirt.Filesystem, Mounted: true, Stacked: 2}}}, []string{"attach a"}},
+		{"gone source is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+			Observed: []ObservedVolume{{Name: "a", Mode: kubevirt.Filesystem, Mounted: true, Stacked: 1, SourceGone: true}}}, []string{"attach a"}},
+		{"removed from spec is detached first", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+			Observed: []ObservedVolume{healthyObserved("zz", kubevirt.Filesystem)}}, []string{"detach zz", "attach a"}},
+		{"vmi gone detaches all", planInput{Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}},
 			[]string{"detach a", "detach b"}},
-		{"not attachable healthy is kept", planInput{Spec: spec, Intents: []volumeIntent{intent("a", Filesystem, false)},
-			Observed: []ObservedVolume{healthyObserved("a", Filesystem)}}, nil},
+		{"not attachable healthy is kept", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, false)},
+			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem)}}, nil},
 		{"refused healthy is kept", planInput{Spec: spec,
-			Intents:  []volumeIntent{{Desired: DesiredVolume{Name: "a", Mode: Filesystem}, Refused: &Refusal{Reason: "x"}}},
-			Observed: []ObservedVolume{healthyObserved("a", Filesystem)}}, nil},
+			Intents: []volumeIntent{{HotplugVolume: kubevirt.HotplugVolume{Name: "a", Refused: &kubevirt.Refusal{Reason: "x"}},
+				Desired: DesiredVolume{Name: "a", Mode: kubevirt.Filesystem}}},
+			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem)}}, nil},
 		{"resync verifies block and grows", planInput{Spec: spec, Resync: true, GrowFilesystems: true,
-			Intents:  []volumeIntent{intent("a", Filesystem, true), intent("b", Block, true)},
-			Observed: []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Block)}},
+			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Block, true)},
+			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}},
 			[]string{"verify b", "grow a", "grow b"}},
 		{"resync without grow-filesystems", planInput{Spec: spec, Resync: true,
-			Intents:  []volumeIntent{intent("a", Filesystem, true)},
-			Observed: []ObservedVolume{healthyObserved("a", Filesystem)}}, nil},
+			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem)}}, nil},
 		{"capacity change grows", planInput{Spec: spec, GrowFilesystems: true,
 			CapacityChanged: func(n string, _ int64) bool { return n == "a" },
-			Intents:         []volumeIntent{intent("a", Filesystem, true), intent("b", Filesystem, true)},
-			Observed:        []ObservedVolume{healthyObserved("a", Filesystem), healthyObserved("b", Filesystem)}},
+			Intents:         []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Filesystem, true)},
+			Observed:        []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Filesystem)}},
 			[]string{"grow a"}},
 	}
 	for _, tt := range tests {
@@ -85,7 +91,7 @@ func standardAgent(t *testing.T, mut func(*Config)) *testAgent {
 
 func TestReconcileAttachThenEmptyPlan(t *testing.T) {
 	ta := standardAgent(t, nil)
-	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}, vol{name: "blk", claim: "c2", attachUID: attachUID, mode: "Block"}))
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}, vol{Name: "blk", Claim: "c2", AttachUID: attachUID, Mode: "Block"}))
 	ctx := context.Background()
 	if err := ta.reconcile(ctx, testKey); err != nil {
 		t.Fatal(err)
@@ -124,8 +130,8 @@ func TestReconcileAttachThenEmptyPlan(t *testing.T) {
 
 func TestReconcileAdoptOnStart(t *testing.T) {
 	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
-	ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem))
-	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+	ta.engine.setObserved(launcherUID, healthyObserved("hp", kubevirt.Filesystem))
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
 	if err := ta.reconcile(context.Background(), testKey); err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +142,9 @@ func TestReconcileAdoptOnStart(t *testing.T) {
 
 func TestReconcileDetachRemovedFromSpec(t *testing.T) {
 	ta := standardAgent(t, nil)
-	ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem), healthyObserved("old", Filesystem), healthyObserved("root", Filesystem))
+	ta.engine.setObserved(launcherUID, healthyObserved("hp", kubevirt.Filesystem), healthyObserved("old", kubevirt.Filesystem), healthyObserved("root", kubevirt.Filesystem))
 	// "root" is a non-hotpluggable volume still in spec: never detached.
-	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}, vol{name: "root", claim: "rc", notHotplug: true}))
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}, vol{Name: "root", Claim: "rc", NotHotplug: true}))
 	if err := ta.reconcile(context.Background(), testKey); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +164,7 @@ func TestReconcileDetachRemovedFromSpec(t *testing.T) {
 
 func TestReconcileVMIDeletedCleansAndForgets(t *testing.T) {
 	ta := standardAgent(t, nil)
-	u := vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID})
+	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
 	ta.setVMI(t, u)
 	ctx := context.Background()
 	if err := ta.reconcile(ctx, testKey); err != nil {
@@ -181,7 +187,7 @@ func TestReconcileVMIDeletedCleansAndForgets(t *testing.T) {
 
 func TestReconcileLauncherGoneCleans(t *testing.T) {
 	ta := standardAgent(t, nil)
-	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
 	ctx := context.Background()
 	if err := ta.reconcile(ctx, testKey); err != nil {
 		t.Fatal(err)
@@ -200,7 +206,7 @@ func TestReconcileLauncherGoneCleans(t *testing.T) {
 
 func TestReconcileTerminatedLauncherCleans(t *testing.T) {
 	ta := standardAgent(t, nil)
-	ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
 	ctx := context.Background()
 	if err := ta.reconcile(ctx, testKey); err != nil {
 		t.Fatal(err)
@@ -230,7 +236,7 @@ func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
 					return true, nil, apierrors.NewServiceUnavailable("etcd is slow")
 				})
 			},
-			vols:   []vol{{name: "hp", claim: "c1", attachUID: attachUID}, {name: "new", claim: "c2", attachUID: attachUID}},
+			vols:   []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}, {Name: "new", Claim: "c2", AttachUID: attachUID}},
 			errors: true,
 		},
 		{
@@ -240,28 +246,28 @@ func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
 					return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c1")
 				})
 			},
-			vols:   []vol{{name: "hp", claim: "c1", attachUID: attachUID}},
+			vols:   []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}},
 			errors: true,
 		},
 		{
 			name: "attachment pod replaced and gone",
-			vols: []vol{{name: "hp", claim: "c1", attachUID: "replaced-uid"}},
+			vols: []vol{{Name: "hp", Claim: "c1", AttachUID: "replaced-uid"}},
 		},
 		{
 			name: "attachment pod no longer publishes",
 			setup: func(t *testing.T, ta *testAgent) {
-				ta.engine.attachErr["hp"] = fmt.Errorf("stat source: %w", ErrNotPublished)
-				ta.engine.setObserved(launcherUID, ObservedVolume{Name: "hp", Mode: Block, DeviceMajor: 8, DeviceMinor: 16})
+				ta.engine.attachErr["hp"] = fmt.Errorf("stat source: %w", kubelet.ErrNotPublished)
+				ta.engine.setObserved(launcherUID, ObservedVolume{Name: "hp", Mode: kubevirt.Block, DeviceMajor: 8, DeviceMinor: 16})
 				ta.resync[testKey] = true
 			},
-			vols: []vol{{name: "hp", claim: "c1", attachUID: attachUID, mode: "Block"}},
+			vols: []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID, Mode: "Block"}},
 		},
 		{
 			name: "attachment pod of another launcher",
 			setup: func(t *testing.T, ta *testAgent) {
 				ta.addPods(t, attachmentPod(func(p *corev1.Pod) { p.OwnerReferences[0].UID = otherPodUID }))
 			},
-			vols:  []vol{{name: "hp", claim: "c1", attachUID: attachUID}},
+			vols:  []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}},
 			event: "Warning HotplugRefused",
 		},
 		{
@@ -269,7 +275,7 @@ func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
 			setup: func(t *testing.T, ta *testAgent) {
 				ta.addPods(t, launcherPod(func(p *corev1.Pod) { p.Spec.Volumes = nil }))
 			},
-			vols:  []vol{{name: "hp", claim: "c1", attachUID: attachUID}},
+			vols:  []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}},
 			event: "Warning HotplugRefused",
 		},
 	}
@@ -277,10 +283,10 @@ func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := standardAgent(t, nil)
 			if len(ta.engine.observed[launcherUID]) == 0 {
-				ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem))
+				ta.engine.setObserved(launcherUID, healthyObserved("hp", kubevirt.Filesystem))
 			}
 			// The launcher is known from an earlier reconcile.
-			ta.state(testKey).launchers[launcherUID] = true
+			ta.stateFor(testKey, kt.VMIUID).launchers[launcherUID] = true
 			if tt.setup != nil {
 				tt.setup(t, ta)
 			}
@@ -322,17 +328,17 @@ func TestReconcileGrowReports(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ta := standardAgent(t, nil)
-			ta.engine.setObserved(launcherUID, healthyObserved("hp", Filesystem))
+			ta.engine.setObserved(launcherUID, healthyObserved("hp", kubevirt.Filesystem))
 			ta.engine.grow["hp"], ta.engine.growErr["hp"] = tt.result, tt.err
 			if tt.before != "" {
 				// The claim had a larger size before: a shrink is a claim
 				// that went down.
-				ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID, capacity: tt.before}))
+				ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID, Capacity: tt.before}))
 				if err := ta.reconcile(context.Background(), testKey); err != nil {
 					t.Fatal(err)
 				}
 			}
-			ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID}))
+			ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
 			if err := ta.reconcile(context.Background(), testKey); err != nil {
 				t.Fatal(err)
 			}
@@ -355,7 +361,7 @@ func TestReconcileGrowReports(t *testing.T) {
 				t.Fatalf("calls = %v", got)
 			}
 			// Capacity grew in the VMI status: checked again.
-			ta.setVMI(t, vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID, capacity: "30Gi"}))
+			ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID, Capacity: "30Gi"}))
 			if err := ta.reconcile(context.Background(), testKey); err != nil {
 				t.Fatal(err)
 			}

@@ -9,20 +9,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 func vmiRef(ns, name string, uid types.UID, rv string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
-		APIVersion:      VMIAPIVersion,
-		Kind:            VMIKind,
+		APIVersion:      kubevirt.VMIAPIVersion,
+		Kind:            kubevirt.VMIKind,
 		Namespace:       ns,
 		Name:            name,
 		UID:             uid,
@@ -30,88 +30,65 @@ func vmiRef(ns, name string, uid types.UID, rv string) *corev1.ObjectReference {
 	}
 }
 
-// warnOnce emits a Warning Event unless the same message was the last one
-// for this volume and reason: a resync must not repeat it every minute.
-func (a *Agent) warnOnce(st *vmiState, ref *corev1.ObjectReference, volume, reason, msg string) {
-	k := volume + "/" + reason
-	if st.warned[k] == msg {
-		return
+// report carries a summary out: metrics, logs, Events (ref nil sends
+// none), remembered growth capacities and, when enabled, the VMI's
+// volumeStatus. Only a failed status patch is an error.
+func (a *Agent) report(ctx context.Context, st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, s summary) {
+	for _, o := range s.Ops {
+		a.obs.OpAttempt(string(o.Op), string(o.Result), o.Took)
+		a.logOp(log, o)
 	}
-	st.warned[k] = msg
-	a.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+	for _, k := range s.Cleared {
+		delete(st.warned, k)
+	}
+	for _, e := range s.Events {
+		a.emit(st, ref, log, e)
+	}
+	for _, r := range s.Expansions {
+		a.obs.Expansion(r)
+	}
+	if ref != nil {
+		for name, r := range s.Sizes {
+			a.obs.VolumeSizes(ref.Namespace, ref.Name, name, r)
+		}
+		for _, v := range s.Volumes {
+			a.obs.VolumeState(ref.Namespace, ref.Name, v.Name, v.Mode, v.State)
+		}
+	}
+	for name, c := range s.Capacity {
+		st.capacity[name] = c
+	}
 }
 
-// refuse reports a refusal: a Warning HotplugRefused Event, a log line and
-// the refusal counter. volume is empty for a launcher refusal.
-func (a *Agent) refuse(st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, volume string, r *Refusal) {
-	k := volume + "/" + reasonHotplugRefusedEvent
-	if st.warned[k] == r.Message {
-		return
+func (a *Agent) logOp(log *slog.Logger, o opReport) {
+	vlog := log.With("volume", o.Name, "op", string(o.Op))
+	switch {
+	case o.Result == outcome.Error:
+		vlog.Error(string(o.Op)+" failed", "error", o.Err.Error())
+	case o.Result == outcome.NotPublished:
+		vlog.Debug("volume not published by the attachment pod", "error", o.Err.Error())
+	case o.Result.Changed():
+		vlog.Info("volume changed", "result", string(o.Result))
 	}
-	log.Warn("hotplug refused", "reason", r.Reason, "message", r.Message)
-	a.obs.Refusal(r.Reason)
-	a.warnOnce(st, ref, volume, reasonHotplugRefusedEvent, r.Message)
 }
 
-// applyGrow runs a growth check and reports it. A failure is reported but
-// not retried before the next resync or capacity change: retrying a missing
-// capability in a loop helps nobody.
-func (a *Agent) applyGrow(ctx context.Context, snap Snapshot, st *vmiState, vmi *VMI, ref *corev1.ObjectReference, log *slog.Logger, it *volumeIntent) {
-	v := it.Desired
-	t := time.Now()
-	r, err := a.engine.Grow(ctx, snap, v)
-	d := time.Since(t)
-	if ctx.Err() != nil {
-		return
+// emit sends one Event. A Once Warning is skipped while its last message
+// for the volume and reason is the same; a refusal is logged and counted
+// only when its Event is sent.
+func (a *Agent) emit(st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, e event) {
+	if e.Once {
+		if st.warned[e.key()] == e.Message {
+			return
+		}
+		st.warned[e.key()] = e.Message
 	}
-	prev, seen := st.capacity[v.Name]
-	st.capacity[v.Name] = v.CapacityBytes
-	if err != nil {
-		a.obs.OpAttempt(string(opGrow), "error", d)
-		a.obs.Expansion(ExpansionFailed)
-		log.Error("growth check failed", "error", err.Error())
-		a.warnOnce(st, ref, v.Name, "FilesystemExpansionFailed", fmt.Sprintf("Volume %s could not be expanded: %v", v.Name, err))
-		return
+	if e.Refusal != nil {
+		log.Warn("hotplug refused", "volume", e.Volume, "reason", e.Refusal.Reason, "message", e.Refusal.Message)
+		a.obs.Refusal(e.Refusal.Reason)
 	}
-	delete(st.warned, v.Name+"/FilesystemExpansionFailed")
-	a.obs.VolumeSizes(vmi.Namespace, vmi.Name, v.Name, r)
-	// A shrink request is a claim that went down and is now below the
-	// current size by more than the slack by which backends round devices
-	// up. A device that grew before the claim's new size reached the VMI
-	// status is not one.
-	current := r.DeviceBytes
-	if seen && v.CapacityBytes < prev && v.CapacityBytes > 0 && current > 0 && v.CapacityBytes < current-mount.GrowSlackBytes {
-		a.obs.OpAttempt(string(opGrow), string(Unchanged), d)
-		a.obs.Expansion(ExpansionShrinkIgnored)
-		a.warnOnce(st, ref, v.Name, "ShrinkIgnored", fmt.Sprintf("Volume %s: claim capacity %s is below the current size %s; volumes are never shrunk",
-			v.Name, size(v.CapacityBytes), size(current)))
-		return
+	if ref != nil {
+		a.recorder.Event(ref, e.Type, e.Reason, e.Message)
 	}
-	if !r.Grown && !r.ImageGrown {
-		a.obs.OpAttempt(string(opGrow), string(Unchanged), d)
-		a.obs.Expansion(ExpansionUnchanged)
-		return
-	}
-	a.obs.OpAttempt(string(opGrow), "grown", d)
-	a.obs.Expansion(ExpansionGrown)
-	log.Info("filesystem expanded", "fstype", r.FilesystemType,
-		"filesystemBefore", r.FilesystemBefore, "filesystemAfter", r.FilesystemAfter,
-		"diskImageBefore", r.DiskImageBefore, "diskImageAfter", r.DiskImageAfter)
-	msg := fmt.Sprintf("Volume %s: filesystem %s grew from %s to %s", v.Name, r.FilesystemType, size(r.FilesystemBefore), size(r.FilesystemAfter))
-	if r.ImageGrown {
-		msg += fmt.Sprintf(", disk image from %s to %s", size(r.DiskImageBefore), size(r.DiskImageAfter))
-	}
-	a.recorder.Event(ref, corev1.EventTypeNormal, "FilesystemExpanded", msg)
-}
-
-func size(b int64) string {
-	return resource.NewQuantity(b, resource.BinarySI).String()
-}
-
-// statusUpdate is the new phase, reason and message of one volumeStatus
-// entry.
-type statusUpdate struct {
-	Phase, Reason, Message string
 }
 
 type jsonPatchOp struct {
@@ -144,7 +121,7 @@ func volumeStatusPatch(u *unstructured.Unstructured, updates map[string]statusUp
 			continue
 		}
 		phase, _ := entry["phase"].(string)
-		if phase == up.Phase || (up.Phase == PhaseMountedToPod && phase == PhaseReady) {
+		if phase == up.Phase || (up.Phase == kubevirt.PhaseMountedToPod && phase == kubevirt.PhaseReady) {
 			continue
 		}
 		changed := make(map[string]any, len(entry)+3)
@@ -165,7 +142,7 @@ func volumeStatusPatch(u *unstructured.Unstructured, updates map[string]statusUp
 // a failed test op re-reads the VMI and tries again.
 func (a *Agent) patchVolumeStatus(ctx context.Context, cached *unstructured.Unstructured, updates map[string]statusUpdate) error {
 	ns, name := cached.GetNamespace(), cached.GetName()
-	client := a.dyn.Resource(VMIResource).Namespace(ns)
+	client := a.dyn.Resource(kubevirt.VMIResource).Namespace(ns)
 	current := cached
 	backoff := wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1}
 	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsInvalid(err) }

@@ -7,6 +7,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
+
+	"github.com/hpmount/hpmount/kubevirt"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,13 +20,13 @@ import (
 
 func TestVolumeStatusPatchShape(t *testing.T) {
 	u := vmiObject(
-		vol{name: "a", claim: "ca", attachUID: attachUID},
-		vol{name: "b", claim: "cb", attachUID: attachUID, phase: PhaseReady},
-		vol{name: "c", claim: "cc", attachUID: attachUID},
+		vol{Name: "a", Claim: "ca", AttachUID: attachUID},
+		vol{Name: "b", Claim: "cb", AttachUID: attachUID, Phase: kubevirt.PhaseReady},
+		vol{Name: "c", Claim: "cc", AttachUID: attachUID},
 	)
 	updates := map[string]statusUpdate{
-		"a": {PhaseMountedToPod, ReasonMountedToPod, "Volume a has been mounted in virt-launcher pod"},
-		"b": {PhaseMountedToPod, ReasonMountedToPod, "never regress Ready"},
+		"a": {kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, "Volume a has been mounted in virt-launcher pod"},
+		"b": {kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, "never regress Ready"},
 	}
 	raw, err := volumeStatusPatch(u, updates)
 	if err != nil {
@@ -43,12 +46,12 @@ func TestVolumeStatusPatchShape(t *testing.T) {
 		t.Fatalf("second op = %v", ops[1])
 	}
 	entry := ops[1]["value"].(map[string]any)
-	if entry["phase"] != PhaseMountedToPod || entry["reason"] != ReasonMountedToPod || entry["name"] != "a" || entry["hotplugVolume"] == nil {
+	if entry["phase"] != kubevirt.PhaseMountedToPod || entry["reason"] != kubevirt.ReasonMountedToPod || entry["name"] != "a" || entry["hotplugVolume"] == nil {
 		t.Fatalf("replaced entry = %v", entry)
 	}
 
 	// Nothing to change: no patch.
-	done := vmiObject(vol{name: "a", claim: "ca", attachUID: attachUID, phase: PhaseMountedToPod})
+	done := vmiObject(vol{Name: "a", Claim: "ca", AttachUID: attachUID, Phase: kubevirt.PhaseMountedToPod})
 	if raw, err := volumeStatusPatch(done, updates); err != nil || raw != nil {
 		t.Fatalf("patch = %s, %v", raw, err)
 	}
@@ -56,9 +59,9 @@ func TestVolumeStatusPatchShape(t *testing.T) {
 
 func TestPatchVolumeStatusRetriesOnConflict(t *testing.T) {
 	ta := newTestAgent(t, func(c *Config) { c.ReportVolumeStatus = true })
-	u := vmiObject(vol{name: "a", claim: "ca", attachUID: attachUID})
+	u := vmiObject(vol{Name: "a", Claim: "ca", AttachUID: attachUID})
 	ctx := context.Background()
-	if _, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+	if _, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	patches, conflicts := 0, 1
@@ -69,45 +72,45 @@ func TestPatchVolumeStatusRetriesOnConflict(t *testing.T) {
 		}
 		if conflicts > 0 {
 			conflicts--
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "kubevirt.io", Resource: "virtualmachineinstances"}, testVMI, nil)
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "kubevirt.io", Resource: "virtualmachineinstances"}, kt.VMIName, nil)
 		}
 		return false, nil, nil
 	})
-	err := ta.patchVolumeStatus(ctx, u, map[string]statusUpdate{"a": {PhaseMountedToPod, ReasonMountedToPod, "mounted"}})
+	err := ta.patchVolumeStatus(ctx, u, map[string]statusUpdate{"a": {kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, "mounted"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if patches != 2 {
 		t.Fatalf("patches = %d, want 2 (conflict then success)", patches)
 	}
-	got, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Get(ctx, testVMI, metav1.GetOptions{})
+	got, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Get(ctx, kt.VMIName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	list, _, _ := unstructured.NestedSlice(got.Object, "status", "volumeStatus")
-	if phase := list[0].(map[string]any)["phase"]; phase != PhaseMountedToPod {
+	if phase := list[0].(map[string]any)["phase"]; phase != kubevirt.PhaseMountedToPod {
 		t.Fatalf("phase = %v", phase)
 	}
 }
 
 func TestReconcileReportsVolumeStatus(t *testing.T) {
 	ta := standardAgent(t, func(c *Config) { c.ReportVolumeStatus = true })
-	u := vmiObject(vol{name: "hp", claim: "c1", attachUID: attachUID})
+	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
 	ctx := context.Background()
-	if _, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+	if _, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ta.setVMI(t, u)
 	if err := ta.reconcile(ctx, testKey); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ta.dyn.Resource(VMIResource).Namespace(testNS).Get(ctx, testVMI, metav1.GetOptions{})
+	got, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Get(ctx, kt.VMIName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	list, _, _ := unstructured.NestedSlice(got.Object, "status", "volumeStatus")
 	e := list[0].(map[string]any)
-	if e["phase"] != PhaseMountedToPod || e["message"] != "Volume hp has been mounted in virt-launcher pod" {
+	if e["phase"] != kubevirt.PhaseMountedToPod || e["message"] != "Volume hp has been mounted in virt-launcher pod" {
 		t.Fatalf("entry = %v", e)
 	}
 }

@@ -66,24 +66,36 @@ func NewV1(root string) *V1 { return &V1{root: root} }
 // Root returns the directory pod cgroups are searched under.
 func (v *V1) Root() string { return v.root }
 
+// CgroupMode selects the device-cgroup flavour NewDeviceRules programs.
+type CgroupMode string
+
 // Modes accepted by NewDeviceRules.
 const (
-	ModeV1   = "v1"
-	ModeV2   = "v2"
-	ModeAuto = "auto"
+	CgroupV1   CgroupMode = "v1"
+	CgroupV2   CgroupMode = "v2"
+	CgroupAuto CgroupMode = "auto"
 )
+
+// Valid reports an error for a mode NewDeviceRules does not know.
+func (m CgroupMode) Valid() error {
+	switch m {
+	case CgroupV1, CgroupV2, CgroupAuto:
+		return nil
+	}
+	return fmt.Errorf("device cgroup mode %q: want %q, %q or %q", m, CgroupV1, CgroupV2, CgroupAuto)
+}
 
 // NewDeviceRules picks the implementation for mode ("v1", "v2" or "auto").
 // For "auto", root is the cgroup mount root: a cgroup.controllers file there
 // means the unified hierarchy (v2), else <root>/devices is taken as the v1
 // devices hierarchy. For "v1" and "v2", root may be either the hierarchy
 // itself or the directory above it (<root>/devices, <root>/unified).
-func NewDeviceRules(mode, root string) (DeviceRules, error) {
+func NewDeviceRules(mode CgroupMode, root string) (DeviceRules, error) {
 	if root == "" {
 		return nil, errors.New("device cgroup root is empty")
 	}
 	switch mode {
-	case ModeV1:
+	case CgroupV1:
 		if !exists(filepath.Join(root, "devices.list")) && exists(filepath.Join(root, "devices", "devices.list")) {
 			root = filepath.Join(root, "devices")
 		}
@@ -91,7 +103,7 @@ func NewDeviceRules(mode, root string) (DeviceRules, error) {
 			return nil, fmt.Errorf("cgroup v1 devices hierarchy: no devices.list in %q", root)
 		}
 		return NewV1(root), nil
-	case ModeV2:
+	case CgroupV2:
 		if !exists(filepath.Join(root, "cgroup.controllers")) && exists(filepath.Join(root, "unified", "cgroup.controllers")) {
 			root = filepath.Join(root, "unified")
 		}
@@ -99,7 +111,7 @@ func NewDeviceRules(mode, root string) (DeviceRules, error) {
 			return nil, fmt.Errorf("cgroup v2 hierarchy: no cgroup.controllers in %q", root)
 		}
 		return NewV2(root), nil
-	case ModeAuto:
+	case CgroupAuto:
 		if exists(filepath.Join(root, "cgroup.controllers")) {
 			return NewV2(root), nil
 		}
@@ -108,7 +120,7 @@ func NewDeviceRules(mode, root string) (DeviceRules, error) {
 		}
 		return nil, fmt.Errorf("detect cgroup version under %q: neither cgroup.controllers nor devices/devices.list found", root)
 	default:
-		return nil, fmt.Errorf("device cgroup mode %q: want %q, %q or %q", mode, ModeV1, ModeV2, ModeAuto)
+		return nil, mode.Valid()
 	}
 }
 

@@ -157,21 +157,22 @@ func TestNewDeviceRules(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		mode, root string
-		want       string // "v1:<root>", "v2:<root>" or "" for an error
+		mode CgroupMode
+		root string
+		want string // "v1:<root>", "v2:<root>" or "" for an error
 	}{
-		{ModeAuto, root, "v1:" + filepath.Join(root, "devices")},
-		{ModeAuto, filepath.Join(root, "unified"), "v2:" + filepath.Join(root, "unified")},
-		{ModeV1, root, "v1:" + filepath.Join(root, "devices")},
-		{ModeV1, filepath.Join(root, "devices"), "v1:" + filepath.Join(root, "devices")},
-		{ModeV2, root, "v2:" + filepath.Join(root, "unified")},
-		{ModeV2, filepath.Join(root, "devices"), ""},
-		{ModeAuto, filepath.Join(root, "devices"), ""},
+		{CgroupAuto, root, "v1:" + filepath.Join(root, "devices")},
+		{CgroupAuto, filepath.Join(root, "unified"), "v2:" + filepath.Join(root, "unified")},
+		{CgroupV1, root, "v1:" + filepath.Join(root, "devices")},
+		{CgroupV1, filepath.Join(root, "devices"), "v1:" + filepath.Join(root, "devices")},
+		{CgroupV2, root, "v2:" + filepath.Join(root, "unified")},
+		{CgroupV2, filepath.Join(root, "devices"), ""},
+		{CgroupAuto, filepath.Join(root, "devices"), ""},
 		{"v3", root, ""},
-		{ModeAuto, "", ""},
+		{CgroupAuto, "", ""},
 	}
 	for _, tt := range tests {
-		t.Run(tt.mode+" "+tt.root, func(t *testing.T) {
+		t.Run(string(tt.mode)+" "+tt.root, func(t *testing.T) {
 			r, err := NewDeviceRules(tt.mode, tt.root)
 			var got string
 			switch r := r.(type) {

@@ -21,7 +21,7 @@ func TestV1AllowDenyRealCgroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := NewDeviceRules(ModeV1, base)
+	r, err := NewDeviceRules(CgroupV1, base)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package blockdev
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"unsafe"
@@ -11,7 +12,6 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 )
 
 const (
@@ -105,7 +105,7 @@ func (v *V2) update(podUID string, dev Device, allow bool) error {
 	if programs == 0 && allow {
 		// cgroup v2 has no device controller of its own: without a
 		// BPF_PROG_TYPE_CGROUP_DEVICE program every device is allowed.
-		klog.V(2).InfoS("no device program in pod cgroup subtree, device already allowed",
+		slog.Debug("no device program in pod cgroup subtree, device already allowed",
 			"pod", podUID, "cgroup", cgs.Pod, "device", dev.String())
 	}
 	return nil

@@ -109,7 +109,7 @@ func TestV2AllowDenyRealCgroup(t *testing.T) {
 			devs := newTestDevices(t)
 			base := newCgroupTree(t, v2Hierarchy, ctrRel)
 			pod, ctr := filepath.Join(base, podRel), filepath.Join(base, ctrRel)
-			r, err := NewDeviceRules(ModeV2, base)
+			r, err := NewDeviceRules(CgroupV2, base)
 			if err != nil {
 				t.Fatal(err)
 			}

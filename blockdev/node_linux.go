@@ -4,66 +4,31 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/outcome"
 )
 
-// PublishedDevice finds the device that the kubelet published for pod
-// podUID's block volume pvName: pods/<uid>/volumeDevices/<plugin>/<pv> is a
-// kubelet-made symlink to the CSI publish path, a file with the device node
-// bind-mounted on it. The link is followed only while it stays inside the
-// kubelet root; nothing below it is followed.
+// PublishedDevice returns the device that the kubelet published for pod
+// podUID's block volume pvName (see kubelet.OpenPublishedDevice) and the
+// permission of its node. A volume not published wraps
+// kubelet.ErrNotPublished; anything there that is not a block device wraps
+// isolation.ErrUnsafePath.
 func (n *Nodes) PublishedDevice(podUID, pvName string) (Published, error) {
 	var p Published
-	if err := ValidName(podUID); err != nil {
-		return p, err
-	}
-	if err := ValidName(pvName); err != nil {
-		return p, err
-	}
 	err := n.NS.Do(func() error {
-		root, err := isolation.OpenRoot(n.KubeletRoot)
+		f, err := kubelet.OpenPublishedDevice(kubelet.Root{Path: n.KubeletRoot}, podUID, pvName)
 		if err != nil {
 			return err
 		}
-		defer root.Close()
-		dir := path.Join("pods", podUID, "volumeDevices")
-		plugins, err := listDir(root, dir)
-		if errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("pod %s volume %s: %w", podUID, pvName, ErrNotPublished)
-		}
-		if err != nil {
-			return err
-		}
-		for _, plugin := range plugins {
-			rel := path.Join(dir, plugin, pvName)
-			f, err := openPublished(root, n.KubeletRoot, rel)
-			if errors.Is(err, unix.ENOENT) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			p, err = statBlock(f)
-			return err
-		}
-		return fmt.Errorf("pod %s volume %s: %w", podUID, pvName, ErrNotPublished)
+		defer f.Close()
+		p, err = statBlock(f)
+		return err
 	})
 	return p, err
-}
-
-func openPublished(root *os.File, rootPath, rel string) (*os.File, error) {
-	how := isolation.How{Flags: unix.O_PATH}
-	f, err := isolation.FollowLinkBeneath(root, rootPath, rel, how)
-	if errors.Is(err, unix.EINVAL) {
-		// Not a link: some plugins put the node itself here.
-		return isolation.OpenBeneath(root, rel, how)
-	}
-	return f, err
 }
 
 func statBlock(f *os.File) (Published, error) {
@@ -83,14 +48,14 @@ func statBlock(f *os.File) (Published, error) {
 // cgroup rule can be dropped; a correct node is left alone with no changing
 // syscall. Anything else under that name is refused, not removed: it is not
 // ours.
-func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, Device, error) {
-	if err := ValidName(name); err != nil {
-		return Unchanged, Device{}, err
+func (n *Nodes) Ensure(targetDir, name string, p Published) (outcome.Result, Device, error) {
+	if err := kubelet.ValidName(name); err != nil {
+		return outcome.Unchanged, Device{}, err
 	}
 	if err := p.Device.Validate(); err != nil {
-		return Unchanged, Device{}, err
+		return outcome.Unchanged, Device{}, err
 	}
-	result, old := Unchanged, Device{}
+	result, old := outcome.Unchanged, Device{}
 	err := n.NS.Do(func() error {
 		dir, err := n.openDir(targetDir)
 		if err != nil {
@@ -101,7 +66,7 @@ func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, Device, err
 		var st unix.Stat_t
 		switch err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
 		case errors.Is(err, unix.ENOENT):
-			result = Created
+			result = outcome.Created
 		case err != nil:
 			return fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
 		case st.Mode&unix.S_IFMT != unix.S_IFBLK:
@@ -112,7 +77,7 @@ func (n *Nodes) Ensure(targetDir, name string, p Published) (Result, Device, err
 			if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("remove stale node %q in %q: %w", name, targetDir, err)
 			}
-			result, old = Replaced, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+			result, old = outcome.Replaced, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
 		}
 		dev := unix.Mkdev(p.Device.Major, p.Device.Minor)
 		if err := unix.Mknodat(dfd, name, unix.S_IFBLK|p.Perm, int(dev)); err != nil {
@@ -154,11 +119,11 @@ func (n *Nodes) fixOwner(dfd int, targetDir, name string, p Published, st *unix.
 
 // Remove unlinks the block node targetDir/name and returns the device it
 // pointed at. A missing node or directory is success.
-func (n *Nodes) Remove(targetDir, name string) (Result, Device, error) {
-	if err := ValidName(name); err != nil {
-		return Unchanged, Device{}, err
+func (n *Nodes) Remove(targetDir, name string) (outcome.Result, Device, error) {
+	if err := kubelet.ValidName(name); err != nil {
+		return outcome.Unchanged, Device{}, err
 	}
-	result, dev := Unchanged, Device{}
+	result, dev := outcome.Unchanged, Device{}
 	err := n.NS.Do(func() error {
 		dir, err := n.openDir(targetDir)
 		if errors.Is(err, unix.ENOENT) {
@@ -182,7 +147,7 @@ func (n *Nodes) Remove(targetDir, name string) (Result, Device, error) {
 		if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("remove node %q in %q: %w", name, targetDir, err)
 		}
-		result, dev = Removed, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+		result, dev = outcome.Removed, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
 		return nil
 	})
 	return result, dev, err
@@ -220,21 +185,12 @@ func (n *Nodes) Observe(targetDir string) ([]Node, error) {
 }
 
 func (n *Nodes) openDir(rel string) (*os.File, error) {
-	root, err := isolation.OpenRoot(n.KubeletRoot)
+	root, err := kubelet.Root{Path: n.KubeletRoot}.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
 	return isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-}
-
-func listDir(root *os.File, rel string) ([]string, error) {
-	dir, err := isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	return listFD(dir)
 }
 
 func listFD(dir *os.File) ([]string, error) {

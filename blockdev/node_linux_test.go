@@ -11,6 +11,8 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 const (
@@ -83,7 +85,7 @@ func TestNodeLifecycle(t *testing.T) {
 	if p.Device.Major != 7 {
 		t.Fatalf("published device %v is not a loop device", p.Device)
 	}
-	for i, want := range []Result{Created, Unchanged} {
+	for i, want := range []outcome.Result{outcome.Created, outcome.Unchanged} {
 		got, _, err := f.nodes.Ensure(targetRel, "vol", p)
 		if err != nil || got != want {
 			t.Fatalf("ensure #%d = %s, %v; want %s", i+1, got, err, want)
@@ -113,19 +115,19 @@ func TestNodeLifecycle(t *testing.T) {
 	if err != nil || p2.Device == p.Device {
 		t.Fatalf("re-published device %v, %v", p2.Device, err)
 	}
-	if got, old, err := f.nodes.Ensure(targetRel, "vol", p2); err != nil || got != Replaced || old != p.Device {
+	if got, old, err := f.nodes.Ensure(targetRel, "vol", p2); err != nil || got != outcome.Replaced || old != p.Device {
 		t.Fatalf("ensure after re-publish = %s, %v (old %v)", got, err, old)
 	}
 	if err := unix.Stat(node, &st); err != nil || unix.Minor(st.Rdev) != p2.Device.Minor {
 		t.Fatalf("node points at %d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	}
 
-	for i, want := range []Result{Removed, Unchanged} {
+	for i, want := range []outcome.Result{outcome.Removed, outcome.Unchanged} {
 		got, dev, err := f.nodes.Remove(targetRel, "vol")
 		if err != nil || got != want {
 			t.Fatalf("remove #%d = %s, %v", i+1, got, err)
 		}
-		if want == Removed && dev != p2.Device {
+		if want == outcome.Removed && dev != p2.Device {
 			t.Fatalf("removed node was %v", dev)
 		}
 	}
@@ -188,10 +190,10 @@ func TestNodeRefusals(t *testing.T) {
 		})
 	}
 	t.Run("not published", func(t *testing.T) {
-		if _, err := f.nodes.PublishedDevice(hpPod, "pvc-none"); !errors.Is(err, ErrNotPublished) {
+		if _, err := f.nodes.PublishedDevice(hpPod, "pvc-none"); !errors.Is(err, kubelet.ErrNotPublished) {
 			t.Fatalf("got %v", err)
 		}
-		if _, err := f.nodes.PublishedDevice("33333333-gone", pvName); !errors.Is(err, ErrNotPublished) {
+		if _, err := f.nodes.PublishedDevice("33333333-gone", pvName); !errors.Is(err, kubelet.ErrNotPublished) {
 			t.Fatalf("got %v", err)
 		}
 	})

@@ -12,16 +12,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // cluster is what the API says about the node: its VMIs and pods.
 type apiView struct {
 	// selected are the VMIs the report is about, sorted by namespace/name.
-	selected []*agent.VMI
+	selected []*kubevirt.VMI
 	// all are every VMI on the node, for the orphan search; nil when they
 	// could not be listed.
-	all []*agent.VMI
+	all []*kubevirt.VMI
 	// pods are the node's pods by UID, from the namespaces listed.
 	pods map[types.UID]*corev1.Pod
 	c    Clients
@@ -60,15 +60,15 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 	return cl, nil
 }
 
-func listVMIs(ctx context.Context, c Clients, ns, node string) ([]*agent.VMI, error) {
-	sel := labels.Set{agent.LabelNodeName: node}.AsSelector().String()
-	list, err := c.Dyn.Resource(agent.VMIResource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+func listVMIs(ctx context.Context, c Clients, ns, node string) ([]*kubevirt.VMI, error) {
+	sel := labels.Set{kubevirt.LabelNodeName: node}.AsSelector().String()
+	list, err := c.Dyn.Resource(kubevirt.VMIResource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, err
 	}
-	var out []*agent.VMI
+	var out []*kubevirt.VMI
 	for i := range list.Items {
-		vmi, err := agent.DecodeVMI(&list.Items[i])
+		vmi, err := kubevirt.DecodeVMI(&list.Items[i])
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +85,7 @@ func listVMIs(ctx context.Context, c Clients, ns, node string) ([]*agent.VMI, er
 
 // filterNames keeps the VMIs named; a name that is not on the node is an
 // error, since the user asked about it.
-func filterNames(vmis []*agent.VMI, names []string, ns string) ([]*agent.VMI, error) {
+func filterNames(vmis []*kubevirt.VMI, names []string, ns string) ([]*kubevirt.VMI, error) {
 	if len(names) == 0 {
 		return vmis, nil
 	}
@@ -93,7 +93,7 @@ func filterNames(vmis []*agent.VMI, names []string, ns string) ([]*agent.VMI, er
 	for _, n := range names {
 		want[n] = true
 	}
-	var out []*agent.VMI
+	var out []*kubevirt.VMI
 	for _, v := range vmis {
 		if want[v.Name] {
 			out = append(out, v)

@@ -10,15 +10,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 )
 
 // inspector looks at the node for one Run. Everything it does is read-only.
 type inspector struct {
-	opts     *Options
+	opts *Options
+	// root is the kubelet root resolved in the host namespace: the
+	// spelling of the host's mountinfo.
+	root     kubelet.Root
 	table    *mount.Table
 	ns       *isolation.MountNamespace
 	attacher *mount.Attacher
@@ -31,46 +35,45 @@ type inspector struct {
 	propErr  error
 }
 
-func hotplugDisksRel(podUID string) string {
-	return mount.HotplugDisksDir(podUID)
-}
-
-func (in *inspector) hostPath(rel string) string { return filepath.Join(in.opts.KubeletRoot, rel) }
+func (in *inspector) hostPath(rel string) string { return in.root.Abs(rel) }
 
 // volumeCtx is what one volume's inspection starts from.
 type volumeCtx struct {
-	vmi      *agent.VMI
+	vmi      *kubevirt.VMI
 	launcher *corev1.Pod
-	status   *agent.VolumeStatus
-	attach   *corev1.Pod // verified attachment pod, nil if none
+	hv       kubevirt.HotplugVolume
 	pvName   string
 }
 
-// inspectVMI inspects every hotpluggable volume of vmi.
-func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *agent.VMI) []Volume {
-	launcher, lref := findLauncher(vmi, in.opts.NodeName, cl.pods)
+// inspectVMI inspects every hotpluggable volume of vmi. Which volumes the
+// agent refuses, and why, is decided by the kubevirt package, exactly as
+// the agent decides it.
+func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.VMI) []Volume {
+	pods := kubevirt.PodMap(cl.pods)
+	launcher, lref := kubevirt.FindLauncher(vmi, in.opts.NodeName, pods)
+	var vols []kubevirt.HotplugVolume
+	if launcher != nil {
+		vols = kubevirt.HotplugVolumes(vmi, launcher, pods)
+	} else {
+		vols = unjudged(vmi)
+	}
 	var out []Volume
-	for _, sv := range vmi.Spec.Volumes {
-		claim, ok := sv.Hotpluggable()
-		if !ok {
-			continue
-		}
-		v := Volume{Namespace: vmi.Namespace, VMI: vmi.Name, Volume: sv.Name, Claim: claim, Mode: string(agent.Filesystem)}
-		f := &findings{}
-		vc := volumeCtx{vmi: vmi, launcher: launcher, status: vmi.Status.VolumeStatusByName(sv.Name)}
-		in.fillStatus(&v, vc.status)
-		f.block = v.Mode == string(agent.Block)
+	for _, hv := range vols {
+		v := Volume{Namespace: vmi.Namespace, VMI: vmi.Name, Volume: hv.Name, Claim: hv.Claim, Mode: string(hv.Mode)}
+		f := &findings{block: hv.Mode == kubevirt.Block}
+		vc := volumeCtx{vmi: vmi, launcher: launcher, hv: hv}
+		fillStatus(&v, hv.Status)
 		switch {
-		case blockdev.ValidName(sv.Name) != nil:
-			f.refused = blockdev.ValidName(sv.Name).Error()
+		case hv.Refused != nil:
+			f.refused = hv.Refused
 		case lref != nil:
-			f.refused = lref.msg
+			f.refused = lref
 		case launcher == nil:
 			f.notMounted = whyNoLauncher
 		default:
 			in.inspectVolume(ctx, cl, &v, f, &vc)
 		}
-		if f.refused == "" && f.err == nil && in.propErr != nil {
+		if f.refused == nil && f.err == nil && in.propErr != nil {
 			f.propagation = in.propErr
 		}
 		judge(&v, f)
@@ -79,32 +82,39 @@ func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *agent.VMI
 	return out
 }
 
-func (in *inspector) fillStatus(v *Volume, st *agent.VolumeStatus) {
+// unjudged lists a VMI's hotplug volumes when there is no launcher to judge
+// them against; like the agent, diag then judges only the launcher.
+func unjudged(vmi *kubevirt.VMI) []kubevirt.HotplugVolume {
+	var out []kubevirt.HotplugVolume
+	for _, sv := range vmi.Spec.Volumes {
+		claim, ok := sv.Hotpluggable()
+		if !ok {
+			continue
+		}
+		st := vmi.Status.VolumeStatusByName(sv.Name)
+		out = append(out, kubevirt.HotplugVolume{Name: sv.Name, Claim: claim, Mode: st.Mode(), Status: st})
+	}
+	return out
+}
+
+func fillStatus(v *Volume, st *kubevirt.VolumeStatus) {
 	if st == nil {
 		return
 	}
 	v.Phase, v.Reason = st.Phase, st.Reason
-	info := st.PersistentVolumeClaimInfo
-	v.Mode = string(info.Mode())
-	v.Sizes.PVCCapacity = info.CapacityBytes()
-	if info != nil && v.Claim == "" {
-		v.Claim = info.ClaimName
-	}
+	v.Sizes.PVCCapacity = st.PersistentVolumeClaimInfo.CapacityBytes()
 }
 
 func (in *inspector) inspectVolume(ctx context.Context, cl *apiView, v *Volume, f *findings, vc *volumeCtx) {
 	v.LauncherPod = &PodRef{Name: vc.launcher.Name, UID: string(vc.launcher.UID)}
-	targetDir := hotplugDisksRel(string(vc.launcher.UID))
+	targetDir := kubelet.HotplugDisksDir(string(vc.launcher.UID))
 	name := v.Volume
 	if !f.block {
-		name = mount.TargetName(v.Volume)
+		name = kubelet.TargetName(v.Volume)
 	}
 	v.Target = in.hostPath(path.Join(targetDir, name))
 	f.target = v.Target
-	in.checkAttachment(ctx, cl, v, f, vc)
-	if f.refused != "" {
-		return
-	}
+	in.checkAttachment(ctx, cl, v, vc)
 	if f.block {
 		in.inspectBlock(v, f, vc, targetDir)
 	} else {
@@ -112,24 +122,17 @@ func (in *inspector) inspectVolume(ctx context.Context, cl *apiView, v *Volume, 
 	}
 }
 
-// checkAttachment verifies the attachment pod and finds the PV name.
-func (in *inspector) checkAttachment(ctx context.Context, cl *apiView, v *Volume, f *findings, vc *volumeCtx) {
-	st := vc.status
-	if st == nil || st.HotplugVolume == nil || st.HotplugVolume.AttachPodUID == "" {
+// checkAttachment names the verified attachment pod and finds the PV name.
+func (in *inspector) checkAttachment(ctx context.Context, cl *apiView, v *Volume, vc *volumeCtx) {
+	hv := vc.hv
+	if hv.AttachPodUID == "" {
 		return
 	}
-	uid := st.HotplugVolume.AttachPodUID
-	v.AttachmentPod = &PodRef{Name: st.HotplugVolume.AttachPodName, UID: string(uid)}
-	pod, ok := cl.pods[uid]
-	if !ok {
+	v.AttachmentPod = &PodRef{Name: hv.Status.HotplugVolume.AttachPodName, UID: string(hv.AttachPodUID)}
+	if hv.AttachPod == nil {
 		return
 	}
-	v.AttachmentPod.Name = pod.Name
-	if r := checkAttachmentPod(vc.launcher, pod); r != nil {
-		f.refused = r.msg
-		return
-	}
-	vc.attach = pod
+	v.AttachmentPod.Name = hv.AttachPod.Name
 	pv, err := cl.pvName(ctx, vc.vmi.Namespace, v.Claim)
 	if err != nil {
 		v.Detail = err.Error()
@@ -143,7 +146,7 @@ func notMountedWhy(v *Volume, vc *volumeCtx, fallback string) string {
 	switch {
 	case v.AttachmentPod == nil:
 		return whyNoAttachment
-	case vc.attach == nil:
+	case vc.hv.AttachPod == nil:
 		return whyNoAttachPod
 	case v.AttachmentPod.Publishes != nil && !*v.AttachmentPod.Publishes:
 		return whyUnpublished
@@ -152,16 +155,16 @@ func notMountedWhy(v *Volume, vc *volumeCtx, fallback string) string {
 }
 
 func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
-	file := mount.TargetName(v.Volume)
+	file := kubelet.TargetName(v.Volume)
 	var want *mount.Info // the published volume's mount
 	var wantRoot string
-	if vc.attach != nil && vc.pvName != "" {
-		rel, err := in.attacher.FindPublished(string(vc.attach.UID), vc.pvName)
-		switch {
-		case errors.Is(err, mount.ErrNotPublished):
+	if vc.hv.AttachPod != nil && vc.pvName != "" {
+		rel, err := in.findPublished(string(vc.hv.AttachPodUID), vc.pvName)
+		switch refusal := kubevirt.RefusalOf(err); {
+		case errors.Is(err, kubelet.ErrNotPublished):
 			v.AttachmentPod.Publishes = ptr(false)
-		case errors.Is(err, isolation.ErrUnsafePath):
-			f.refused = err.Error()
+		case refusal != nil:
+			f.refused = refusal
 			return
 		case err != nil:
 			f.err = err
@@ -175,8 +178,8 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 				v.Detail = joinDetail(v.Detail, "the published volume has no disk.img")
 				break
 			}
-			if errors.Is(err, isolation.ErrUnsafePath) {
-				f.refused = err.Error()
+			if r := kubevirt.RefusalOf(err); r != nil {
+				f.refused = r
 				return
 			} else if err != nil {
 				f.err = err
@@ -194,7 +197,7 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 		return
 	}
 	if e.exists && e.kind != "regular file" {
-		f.refused = fmt.Sprintf("target %q: %v: is a %s, not a regular file", v.Target, isolation.ErrUnsafePath, e.kind)
+		f.refused = unsafeTarget(v.Target, e.kind, "a regular file")
 		return
 	}
 	obs, err := in.observed(targetDir, v.Volume)
@@ -245,9 +248,9 @@ func (in *inspector) observed(targetDir, name string) (*mount.Observed, error) {
 }
 
 // measure fills the sizes of a live filesystem mount through the agent's
-// Grower, which only measures when asked to grow nothing.
+// Grower, read-only.
 func (in *inspector) measure(v *Volume, f *findings, targetDir string) {
-	res, err := in.grower.Grow(in.table, targetDir, v.Volume, mount.GrowOptions{})
+	res, err := in.grower.Measure(in.table, targetDir, v.Volume)
 	if err != nil {
 		v.Detail = joinDetail(v.Detail, "measure sizes: "+err.Error())
 		return
@@ -261,13 +264,13 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 	dev := &DeviceCheck{}
 	v.Device = dev
 	var published *blockdev.Device
-	if vc.attach != nil && vc.pvName != "" {
-		p, err := in.nodes.PublishedDevice(string(vc.attach.UID), vc.pvName)
-		switch {
-		case errors.Is(err, blockdev.ErrNotPublished):
+	if vc.hv.AttachPod != nil && vc.pvName != "" {
+		p, err := in.nodes.PublishedDevice(string(vc.hv.AttachPodUID), vc.pvName)
+		switch refusal := kubevirt.RefusalOf(err); {
+		case errors.Is(err, kubelet.ErrNotPublished):
 			v.AttachmentPod.Publishes = ptr(false)
-		case errors.Is(err, isolation.ErrUnsafePath):
-			f.refused = err.Error()
+		case refusal != nil:
+			f.refused = refusal
 			return
 		case err != nil:
 			f.err = err
@@ -276,7 +279,7 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 			v.AttachmentPod.Publishes = ptr(true)
 			published = &p.Device
 			dev.Published = majMin(p.Device.Major, p.Device.Minor)
-			v.ExpectedSource = in.publishedBlockPath(string(vc.attach.UID), vc.pvName)
+			v.ExpectedSource = in.publishedBlockPath(string(vc.hv.AttachPodUID), vc.pvName)
 		}
 	}
 	e, err := in.statEntry(targetDir, v.Volume)
@@ -288,7 +291,7 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 		f.notMounted = notMountedWhy(v, vc, whyNoNode)
 		return
 	case e.kind != "block device":
-		f.refused = fmt.Sprintf("target %q: %v: is a %s, not a block device", v.Target, isolation.ErrUnsafePath, e.kind)
+		f.refused = unsafeTarget(v.Target, e.kind, "a block device")
 		return
 	}
 	dev.Node = majMin(e.rdev[0], e.rdev[1])
@@ -330,4 +333,32 @@ func joinDetail(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// unsafeTarget is the refusal of a target that is not what the agent
+// makes: the agent refuses it as unsafe content too.
+func unsafeTarget(target, kind, want string) *kubevirt.Refusal {
+	return kubevirt.RefusalOf(fmt.Errorf("target %q: %w: is a %s, not %s", target, isolation.ErrUnsafePath, kind, want))
+}
+
+// publishedBlockPath names the kubelet's volumeDevices entry of pv for pod
+// uid, for display.
+func (in *inspector) publishedBlockPath(uid, pv string) string {
+	var found string
+	_ = in.ns.Do(func() error {
+		found = kubelet.PublishedDevicePath(in.root, uid, pv)
+		return nil
+	})
+	return found
+}
+
+// findPublished finds the directory the kubelet published filesystem
+// volume pv in for pod uid, in the host namespace.
+func (in *inspector) findPublished(uid, pv string) (string, error) {
+	var rel string
+	err := in.ns.Do(func() (err error) {
+		rel, err = kubelet.FindPublished(in.root, uid, pv)
+		return err
+	})
+	return rel, err
 }

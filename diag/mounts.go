@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
 )
 
@@ -28,28 +29,24 @@ const (
 const FindmntColumns = "ID,PARENT,MAJ:MIN,FSROOT,TARGET,SOURCE,FSTYPE,PROPAGATION,OPT-FIELDS,VFS-OPTIONS,FS-OPTIONS"
 
 // FindmntArgs are the arguments of the findmnt run that reads the mount
-// table of hostPID: a flat list (--list), untruncated, with SOURCE not
+// table of host.PID: a flat list (--list), untruncated, with SOURCE not
 // suffixed by [FSROOT] (--nofsroot), every filesystem (--all). With a
-// hostProc other than /proc, the mountinfo file is named explicitly, since
+// host.Proc other than /proc, the mountinfo file is named explicitly, since
 // --task always reads /proc.
-func FindmntArgs(hostProc string, hostPID int) []string {
+func FindmntArgs(host isolation.Host) []string {
 	args := []string{"--json", "--list", "--notruncate", "--nofsroot", "--all"}
-	if filepath.Clean(hostProc) == "/proc" {
-		args = append(args, "--task", strconv.Itoa(hostPID))
+	if filepath.Clean(host.Proc) == "/proc" {
+		args = append(args, "--task", strconv.Itoa(host.PID))
 	} else {
-		args = append(args, "--kernel", "--tab-file", mountinfoPath(hostProc, hostPID))
+		args = append(args, "--kernel", "--tab-file", host.MountInfo())
 	}
 	return append(args, "-o", FindmntColumns)
 }
 
-func mountinfoPath(hostProc string, hostPID int) string {
-	return filepath.Join(hostProc, strconv.Itoa(hostPID), "mountinfo")
-}
-
-// LoadTable reads the mount table of hostPID with findmnt or from its
+// LoadTable reads the mount table of host.PID with findmnt or from its
 // mountinfo, as source says ("auto" prefers findmnt when it is installed),
 // and returns it with the source actually used.
-func LoadTable(ctx context.Context, source, hostProc string, hostPID int) (*mount.Table, string, error) {
+func LoadTable(ctx context.Context, source string, host isolation.Host) (*mount.Table, string, error) {
 	switch source {
 	case MountSourceAuto, "":
 		if _, err := exec.LookPath("findmnt"); err != nil {
@@ -62,10 +59,10 @@ func LoadTable(ctx context.Context, source, hostProc string, hostPID int) (*moun
 		return nil, "", fmt.Errorf("mount source %q: want %q, %q or %q", source, MountSourceAuto, MountSourceFindmnt, MountSourceMountinfo)
 	}
 	if source == MountSourceMountinfo {
-		t, err := mount.ReadTable(mountinfoPath(hostProc, hostPID))
+		t, err := mount.ReadTable(host.MountInfo())
 		return t, source, err
 	}
-	mounts, err := RunFindmnt(ctx, hostProc, hostPID)
+	mounts, err := RunFindmnt(ctx, host)
 	if err != nil {
 		return nil, source, err
 	}
@@ -73,8 +70,8 @@ func LoadTable(ctx context.Context, source, hostProc string, hostPID int) (*moun
 }
 
 // RunFindmnt runs findmnt (see FindmntArgs) and parses its output.
-func RunFindmnt(ctx context.Context, hostProc string, hostPID int) ([]mount.Info, error) {
-	args := FindmntArgs(hostProc, hostPID)
+func RunFindmnt(ctx context.Context, host isolation.Host) ([]mount.Info, error) {
+	args := FindmntArgs(host)
 	cmd := exec.CommandContext(ctx, "findmnt", args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

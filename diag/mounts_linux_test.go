@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
 )
 
@@ -22,7 +23,7 @@ func compareLive(t *testing.T) {
 		t.Skip("findmnt is not installed")
 	}
 	ctx := context.Background()
-	fromFindmnt, err := RunFindmnt(ctx, "/proc", os.Getpid())
+	fromFindmnt, err := RunFindmnt(ctx, isolation.Host{Proc: "/proc", PID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func compareLive(t *testing.T) {
 	}
 	sameMounts(t, fromFindmnt, fromMountinfo)
 	for _, src := range []string{MountSourceFindmnt, MountSourceMountinfo} {
-		tb, used, err := LoadTable(ctx, src, "/proc", os.Getpid())
+		tb, used, err := LoadTable(ctx, src, isolation.Host{Proc: "/proc", PID: os.Getpid()})
 		if err != nil || used != src || tb.Len() != len(fromMountinfo) {
 			t.Errorf("LoadTable(%s) = %d mounts, %q, %v", src, tb.Len(), used, err)
 		}

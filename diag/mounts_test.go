@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
 )
 
@@ -94,11 +95,11 @@ func TestParseFindmntLoose(t *testing.T) {
 }
 
 func TestFindmntArgs(t *testing.T) {
-	got := strings.Join(FindmntArgs("/proc", 1), " ")
+	got := strings.Join(FindmntArgs(isolation.Host{Proc: "/proc", PID: 1}), " ")
 	if !strings.Contains(got, "--task 1") || !strings.Contains(got, "--nofsroot") || strings.Contains(got, "--kernel") {
 		t.Errorf("args for /proc: %s", got)
 	}
-	got = strings.Join(FindmntArgs("/host/proc", 1), " ")
+	got = strings.Join(FindmntArgs(isolation.Host{Proc: "/host/proc", PID: 1}), " ")
 	if !strings.Contains(got, "--tab-file /host/proc/1/mountinfo") {
 		t.Errorf("args for /host/proc: %s", got)
 	}

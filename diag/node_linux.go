@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/kubelet"
 )
 
 // Read-only looks at the kubelet tree, run in the host mount namespace,
@@ -27,7 +27,7 @@ type entry struct {
 func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 	var e entry
 	err := in.ns.Do(func() error {
-		root, err := isolation.OpenRoot(in.opts.KubeletRoot)
+		root, err := in.root.Open()
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 func (in *inspector) launcherDirs() ([]string, error) {
 	var uids []string
 	err := in.ns.Do(func() error {
-		dirs, err := mount.LauncherDirs(in.opts.KubeletRoot)
+		dirs, err := kubelet.LauncherDirs(in.root)
 		for _, d := range dirs {
 			uids = append(uids, d.UID)
 		}
@@ -69,25 +69,7 @@ func (in *inspector) launcherDirs() ([]string, error) {
 	return uids, err
 }
 
-// publishedBlockPath names the kubelet's volumeDevices entry of pv for pod
-// uid, for display.
-func (in *inspector) publishedBlockPath(uid, pv string) string {
-	var found string
-	_ = in.ns.Do(func() error {
-		m, _ := filepath.Glob(filepath.Join(in.opts.KubeletRoot, "pods", uid, "volumeDevices", "*", pv))
-		if len(m) > 0 {
-			found = m[0]
-		}
-		return nil
-	})
-	return found
-}
-
 func deviceExists(sysRoot string, dev [2]uint32) bool {
 	_, err := os.Lstat(filepath.Join(sysRoot, "dev", "block", fmt.Sprintf("%d:%d", dev[0], dev[1])))
 	return err == nil
-}
-
-func openHostNamespace(hostProc string, hostPID int) (*isolation.MountNamespace, error) {
-	return isolation.OpenMountNamespace(filepath.Join(hostProc, fmt.Sprint(hostPID), "ns", "mnt"))
 }

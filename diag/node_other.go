@@ -2,7 +2,9 @@
 
 package diag
 
-import "github.com/hpmount/hpmount/isolation"
+import (
+	"errors"
+)
 
 type entry struct {
 	exists bool
@@ -13,15 +15,9 @@ type entry struct {
 }
 
 func (in *inspector) statEntry(dirRel, name string) (entry, error) {
-	return entry{}, isolation.ErrUnsupported
+	return entry{}, errors.ErrUnsupported
 }
 
-func (in *inspector) launcherDirs() ([]string, error) { return nil, isolation.ErrUnsupported }
-
-func (in *inspector) publishedBlockPath(uid, pv string) string { return "" }
+func (in *inspector) launcherDirs() ([]string, error) { return nil, errors.ErrUnsupported }
 
 func deviceExists(sysRoot string, dev [2]uint32) bool { return false }
-
-func openHostNamespace(hostProc string, hostPID int) (*isolation.MountNamespace, error) {
-	return nil, isolation.ErrUnsupported
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/test/cluster"
 	"github.com/hpmount/hpmount/test/simnode"
@@ -84,7 +85,7 @@ func (e *env) addVM(name string, vols ...simnode.Volume) *vm {
 	}
 	_, err = e.ctl.ApplyVMI(e.ctx, spec)
 	e.must(err)
-	return &vm{name: name, launcher: launcher.UID, attach: attach.UID, targetDir: hotplugDisksRel(string(launcher.UID))}
+	return &vm{name: name, launcher: launcher.UID, attach: attach.UID, targetDir: kubelet.HotplugDisksDir(string(launcher.UID))}
 }
 
 func (e *env) disk(name, fstype string, size int64) *simnode.Disk {
@@ -107,7 +108,7 @@ func (e *env) attachFS(m *vm, vol, pv string, d *simnode.Disk, attach bool) stri
 	e.t.Helper()
 	e.must(e.node.PublishFilesystem(string(m.attach), pv, d, 8<<20))
 	a := &mount.Attacher{KubeletRoot: e.node.KubeletRoot}
-	rel, err := a.FindPublished(string(m.attach), pv)
+	rel, err := kubelet.FindPublished(kubelet.Root{Path: e.node.KubeletRoot}, string(m.attach), pv)
 	e.must(err)
 	if attach {
 		_, err = a.Attach(e.table(), rel, m.targetDir, vol)
@@ -118,8 +119,8 @@ func (e *env) attachFS(m *vm, vol, pv string, d *simnode.Disk, attach bool) stri
 
 func (e *env) opts() Options {
 	o := DefaultOptions()
-	o.NodeName, o.KubeletRoot, o.HostPID = e.node.Name, e.node.KubeletRoot, os.Getpid()
-	o.CgroupRoot, o.CgroupMode = e.node.CgroupRoot, blockdev.ModeV1
+	o.NodeName, o.KubeletRoot, o.Host.PID = e.node.Name, e.node.KubeletRoot, os.Getpid()
+	o.CgroupRoot, o.CgroupMode = e.node.CgroupRoot, blockdev.CgroupV1
 	return o
 }
 
@@ -135,7 +136,7 @@ func blockVol(name string) simnode.Volume {
 
 func (e *env) hostNS() *isolation.MountNamespace {
 	e.t.Helper()
-	ns, err := openHostNamespace("/proc", os.Getpid())
+	ns, err := isolation.OpenMountNamespace(isolation.Host{Proc: "/proc", PID: os.Getpid()}.MountNamespace())
 	e.must(err)
 	e.t.Cleanup(ns.Close)
 	return ns
@@ -261,7 +262,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 
 	t.Run("exit 2 when it cannot run", func(t *testing.T) {
 		o := e.opts()
-		o.HostPID = 1 << 22
+		o.Host.PID = 1 << 22
 		_, err := Run(e.ctx, o, e.c)
 		if !IsCannotRun(err) || ExitCode(nil, err) != ExitCannotRun {
 			t.Errorf("unreadable mount table: %v", err)

@@ -1,6 +1,9 @@
 package diag
 
 import (
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
@@ -16,16 +19,15 @@ type Options struct {
 	AllNamespaces bool
 	// VMIs, when not empty, restricts the report to these VMI names.
 	VMIs []string
-	// KubeletRoot is the kubelet root as the host sees it.
+	// KubeletRoot is the kubelet root as configured; Run resolves it in the
+	// host mount namespace, as the agent does.
 	KubeletRoot string
-	// HostProc and HostPID locate the host's mount table
-	// (<HostProc>/<HostPID>/mountinfo) and mount namespace (…/ns/mnt).
-	HostProc string
-	HostPID  int
+	// Host locates the host's mount table and mount namespace.
+	Host isolation.Host
 	// CgroupRoot and CgroupMode locate the device cgroups (see
 	// blockdev.NewDeviceRules).
 	CgroupRoot string
-	CgroupMode string
+	CgroupMode blockdev.CgroupMode
 	// MountSource is "auto", "findmnt" or "mountinfo".
 	MountSource string
 	// SysRoot is sysfs; "" means "/sys". DevRoot is the device directory;
@@ -37,11 +39,10 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Namespace:   "default",
-		KubeletRoot: "/var/lib/kubelet",
-		HostProc:    "/proc",
-		HostPID:     1,
+		KubeletRoot: kubelet.DefaultRoot,
+		Host:        isolation.DefaultHost,
 		CgroupRoot:  "/sys/fs/cgroup",
-		CgroupMode:  "auto",
+		CgroupMode:  blockdev.CgroupAuto,
 		MountSource: MountSourceAuto,
 	}
 }

@@ -6,19 +6,16 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // wantedVolumes maps a launcher pod UID on this node to the hotplug volume
 // names its VMI has in spec.volumes.
-func wantedVolumes(vmis []*agent.VMI, node string) map[string]map[string]bool {
+func wantedVolumes(vmis []*kubevirt.VMI, node string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for _, vmi := range vmis {
-		for uid, n := range vmi.Status.ActivePods {
-			if n != node {
-				continue
-			}
+		for _, uid := range kubevirt.ActivePodsOn(vmi, node) {
 			names := map[string]bool{}
 			for _, v := range vmi.Spec.Volumes {
 				if _, ok := v.Hotpluggable(); ok {
@@ -69,7 +66,7 @@ func (in *inspector) findOrphans(cl *apiView, scope map[string]bool) ([]OrphanEn
 }
 
 func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry, error) {
-	dir := hotplugDisksRel(uid)
+	dir := kubelet.HotplugDisksDir(uid)
 	var out []OrphanEntry
 	imgs, err := in.attacher.Observe(in.table, dir)
 	if err != nil {
@@ -79,13 +76,13 @@ func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry,
 		if !o.Mounted || want[o.Name] {
 			continue
 		}
-		target := in.hostPath(path.Join(dir, mount.TargetName(o.Name)))
+		target := in.hostPath(path.Join(dir, kubelet.TargetName(o.Name)))
 		m := in.table.ByID(o.MountID)
 		if m == nil {
 			m, _ = in.table.Top(target)
 		}
 		out = append(out, OrphanEntry{
-			LauncherPodUID: uid, Name: mount.TargetName(o.Name), Kind: "mount", Target: target,
+			LauncherPodUID: uid, Name: kubelet.TargetName(o.Name), Kind: "mount", Target: target,
 			Mount: mountEntry(m, o.Depth), Device: o.Dev, Verdict: Orphan, Hint: orphanHint("mount", target),
 		})
 	}

@@ -88,6 +88,9 @@ type Volume struct {
 	Device  *DeviceCheck `json:"device,omitempty"`
 	Sizes   Sizes        `json:"sizes"`
 	Verdict Verdict      `json:"verdict"`
+	// RefusalReason is the refused verdict's reason code: the reason label
+	// the agent counts the same refusal under in hpmount_refusals_total.
+	RefusalReason string `json:"refusalReason,omitempty"`
 	// Hint says what to do about a verdict other than ok, in one line.
 	Hint string `json:"hint,omitempty"`
 	// Detail is the underlying finding or error, verbatim.

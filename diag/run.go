@@ -7,6 +7,8 @@ import (
 
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/propagation"
 )
@@ -19,31 +21,33 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	if err := validate(&opts); err != nil {
 		return nil, err
 	}
-	table, source, err := LoadTable(ctx, opts.MountSource, opts.HostProc, opts.HostPID)
+	table, source, err := LoadTable(ctx, opts.MountSource, opts.Host)
 	if err != nil {
 		return nil, cannotRun("read the mount table", err)
 	}
-	rep := &Report{APIVersion: APIVersion, Node: opts.NodeName, KubeletRoot: opts.KubeletRoot, MountSource: source,
+	ns, err := isolation.OpenMountNamespace(opts.Host.MountNamespace())
+	if err != nil {
+		return nil, cannotRun("enter the host mount namespace", err)
+	}
+	defer ns.Close()
+	root, err := kubelet.ResolveRoot(ns, opts.KubeletRoot)
+	if err != nil {
+		return nil, cannotRun("find the kubelet root", err)
+	}
+	rep := &Report{APIVersion: APIVersion, Node: opts.NodeName, KubeletRoot: root.Path, MountSource: source,
 		Volumes: []Volume{}, Orphans: []OrphanEntry{}}
 	warn := func(s string) { rep.Warnings = append(rep.Warnings, s) }
 	cl, err := collect(ctx, &opts, c, warn)
 	if err != nil {
 		return nil, err
 	}
-	ns, err := openHostNamespace(opts.HostProc, opts.HostPID)
-	if err != nil {
-		return nil, cannotRun("enter the host mount namespace", err)
-	}
-	defer ns.Close()
-	in := newInspector(&opts, table, ns)
+	in := newInspector(&opts, root, table, ns)
 	rep.Propagation = in.checkPropagation()
 	scope := map[string]bool{}
 	for _, vmi := range cl.selected {
 		rep.Volumes = append(rep.Volumes, in.inspectVMI(ctx, cl, vmi)...)
-		for uid, n := range vmi.Status.ActivePods {
-			if n == opts.NodeName {
-				scope[string(uid)] = true
-			}
+		for _, uid := range kubevirt.ActivePodsOn(vmi, opts.NodeName) {
+			scope[string(uid)] = true
 		}
 	}
 	if len(opts.VMIs) == 0 {
@@ -65,24 +69,23 @@ func validate(o *Options) error {
 		return cannotRunf("options", "node name is empty: set --node-name or $NODE_NAME")
 	case o.KubeletRoot == "" || !filepath.IsAbs(o.KubeletRoot):
 		return cannotRunf("options", "kubelet root %q is not an absolute path", o.KubeletRoot)
-	case o.HostPID <= 0:
-		return cannotRunf("options", "host pid %d is not a process id", o.HostPID)
-	case o.HostProc == "":
-		return cannotRunf("options", "host proc is empty")
+	}
+	if err := o.Host.Validate(); err != nil {
+		return cannotRun("options", err)
 	}
 	o.KubeletRoot = filepath.Clean(o.KubeletRoot)
 	if o.CgroupMode == "" {
-		o.CgroupMode = blockdev.ModeAuto
+		o.CgroupMode = blockdev.CgroupAuto
 	}
 	return nil
 }
 
-func newInspector(opts *Options, table *mount.Table, ns *isolation.MountNamespace) *inspector {
+func newInspector(opts *Options, root kubelet.Root, table *mount.Table, ns *isolation.MountNamespace) *inspector {
 	in := &inspector{
-		opts: opts, table: table, ns: ns,
-		attacher: &mount.Attacher{NS: ns, KubeletRoot: opts.KubeletRoot, SysRoot: opts.sysRoot()},
-		nodes:    &blockdev.Nodes{NS: ns, KubeletRoot: opts.KubeletRoot},
-		grower:   &mount.Grower{NS: ns, KubeletRoot: opts.KubeletRoot, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()},
+		opts: opts, root: root, table: table, ns: ns,
+		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot()},
+		nodes:    &blockdev.Nodes{NS: ns, KubeletRoot: root.Path},
+		grower:   &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()},
 	}
 	in.rules, in.rulesErr = blockdev.NewDeviceRules(opts.CgroupMode, opts.CgroupRoot)
 	if in.rulesErr == nil && in.rules == nil {
@@ -92,7 +95,7 @@ func newInspector(opts *Options, table *mount.Table, ns *isolation.MountNamespac
 }
 
 func (in *inspector) checkPropagation() PropagationCheck {
-	pods := filepath.Join(in.opts.KubeletRoot, "pods")
+	pods := in.root.Abs(kubelet.PodsDir)
 	pc := PropagationCheck{Path: pods}
 	if m := in.table.Containing(pods); m != nil {
 		pc.MountPoint, pc.Mode = m.MountPoint, m.Propagation()

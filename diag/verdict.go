@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/propagation"
 )
@@ -11,14 +12,14 @@ import (
 // findings are the facts about one volume that decide its verdict. The
 // first that applies, in the order of the fields, wins.
 type findings struct {
-	refused     string // why the agent refuses the volume
-	err         error  // the volume could not be inspected
-	propagation error  // propagation.CheckShared failed for the pods dir
-	notMounted  string // why nothing is at the target
-	stale       string // why the mount or node's source is gone or another
-	stacked     int    // mounts on the target, when more than one
-	wrongDevice string // node vs published device
-	notAllowed  string // the device cgroup rule is missing
+	refused     *kubevirt.Refusal // why the agent refuses the volume
+	err         error             // the volume could not be inspected
+	propagation error             // propagation.CheckShared failed for the pods dir
+	notMounted  string            // why nothing is at the target
+	stale       string            // why the mount or node's source is gone or another
+	stacked     int               // mounts on the target, when more than one
+	wrongDevice string            // node vs published device
+	notAllowed  string            // the device cgroup rule is missing
 	needsExpand bool
 	target      string
 	block       bool
@@ -28,8 +29,9 @@ type findings struct {
 func judge(v *Volume, f *findings) {
 	verdict, detail := OK, ""
 	switch {
-	case f.refused != "":
-		verdict, detail = Refused, f.refused
+	case f.refused != nil:
+		verdict, detail = Refused, f.refused.Message
+		v.RefusalReason = f.refused.Reason
 	case f.err != nil:
 		verdict, detail = Error, f.err.Error()
 	case f.propagation != nil:

@@ -2,7 +2,9 @@ package isolation
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 )
 
@@ -10,9 +12,6 @@ import (
 // crossed a mount where that is not allowed, or named something malformed.
 // Callers count refusals with errors.Is(err, ErrUnsafePath).
 var ErrUnsafePath = errors.New("unsafe path")
-
-// ErrUnsupported is returned on systems other than Linux.
-var ErrUnsupported = errors.New("not supported on this operating system")
 
 // How says how OpenBeneath opens the last component.
 type How struct {
@@ -30,4 +29,39 @@ type How struct {
 // reaches exactly the object behind f, whatever happens to its name meanwhile.
 func FdPath(f *os.File) string {
 	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+}
+
+// Host locates the host's mount namespace and mount table through a host
+// process: <Proc>/<PID>/ns/mnt and <Proc>/<PID>/mountinfo. The agent runs
+// with hostPID and reads them through PID 1; tests point them at their own
+// namespace.
+type Host struct {
+	// Proc is the host's procfs, e.g. /proc.
+	Proc string
+	// PID is a process of the host's mount namespace, normally 1.
+	PID int
+}
+
+// DefaultHost is PID 1 in /proc.
+var DefaultHost = Host{Proc: "/proc", PID: 1}
+
+// MountNamespace is the path of the host's mount namespace file.
+func (h Host) MountNamespace() string {
+	return filepath.Join(h.Proc, strconv.Itoa(h.PID), "ns", "mnt")
+}
+
+// MountInfo is the path of the host's mount table.
+func (h Host) MountInfo() string {
+	return filepath.Join(h.Proc, strconv.Itoa(h.PID), "mountinfo")
+}
+
+// Validate reports a Proc that is not absolute or a PID that is not one.
+func (h Host) Validate() error {
+	if !filepath.IsAbs(h.Proc) {
+		return fmt.Errorf("host proc %q is not an absolute path", h.Proc)
+	}
+	if h.PID <= 0 {
+		return fmt.Errorf("host pid %d is not a process id", h.PID)
+	}
+	return nil
 }

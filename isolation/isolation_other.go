@@ -3,38 +3,39 @@
 package isolation
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
 
 // OpenRoot is only supported on Linux.
 func OpenRoot(path string) (*os.File, error) {
-	return nil, fmt.Errorf("open root %q: %w", path, ErrUnsupported)
+	return nil, fmt.Errorf("open root %q: %w", path, errors.ErrUnsupported)
 }
 
 // OpenBeneath is only supported on Linux.
 func OpenBeneath(root *os.File, rel string, how How) (*os.File, error) {
-	return nil, fmt.Errorf("open %q: %w", rel, ErrUnsupported)
+	return nil, fmt.Errorf("open %q: %w", rel, errors.ErrUnsupported)
 }
 
 // FollowLinkBeneath is only supported on Linux.
 func FollowLinkBeneath(root *os.File, rootPath, rel string, how How) (*os.File, error) {
-	return nil, fmt.Errorf("follow %q: %w", rel, ErrUnsupported)
+	return nil, fmt.Errorf("follow %q: %w", rel, errors.ErrUnsupported)
 }
 
 // MountID is only supported on Linux.
-func MountID(f *os.File) (uint64, error) { return 0, ErrUnsupported }
+func MountID(f *os.File) (uint64, error) { return 0, errors.ErrUnsupported }
 
 // MountNamespace is only supported on Linux.
 type MountNamespace struct{}
 
 // OpenMountNamespace is only supported on Linux.
 func OpenMountNamespace(nsPath string) (*MountNamespace, error) {
-	return nil, fmt.Errorf("mount namespace %q: %w", nsPath, ErrUnsupported)
+	return nil, fmt.Errorf("mount namespace %q: %w", nsPath, errors.ErrUnsupported)
 }
 
 // Do is only supported on Linux.
-func (m *MountNamespace) Do(fn func() error) error { return ErrUnsupported }
+func (m *MountNamespace) Do(fn func() error) error { return errors.ErrUnsupported }
 
 // Path is only supported on Linux.
 func (m *MountNamespace) Path() string { return "" }

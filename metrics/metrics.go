@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // DurationBuckets are the histogram buckets of every hpmount_*_seconds
@@ -30,8 +32,8 @@ var DurationBuckets = []float64{
 // Volume mode label values. Anything the agent reports that is not a known
 // PVC volume mode is folded into ModeUnknown so the label stays bounded.
 const (
-	ModeFilesystem = string(agent.Filesystem)
-	ModeBlock      = string(agent.Block)
+	ModeFilesystem = string(kubevirt.Filesystem)
+	ModeBlock      = string(kubevirt.Block)
 	ModeUnknown    = "unknown"
 )
 
@@ -96,8 +98,8 @@ func New(version, commit string) *Metrics {
 	buildInfo := gaugeVec(descBuildInfo)
 	buildInfo.WithLabelValues(version, commit, runtime.Version()).Set(1)
 
-	// Every known mode/state and expansion result is exposed from the
-	// start at 0, so that rate() and alerts see a series before the first
+	// Every known mode/state, expansion result, operation and result, and
+	// refusal reason is exposed from the start at 0, so that rate() and alerts see a series before the first
 	// event instead of an absent one.
 	for _, mode := range knownModes {
 		for _, state := range knownStates {
@@ -107,6 +109,15 @@ func New(version, commit string) *Metrics {
 	}
 	for _, r := range expansions {
 		m.expansions.WithLabelValues(r)
+	}
+	for _, op := range outcome.Ops {
+		m.opDuration.WithLabelValues(string(op))
+		for _, r := range outcome.Results {
+			m.ops.WithLabelValues(string(op), string(r))
+		}
+	}
+	for _, r := range kubevirt.RefusalReasons {
+		m.refusals.WithLabelValues(r)
 	}
 
 	m.reg.MustRegister(

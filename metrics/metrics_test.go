@@ -18,6 +18,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 func TestBuildInfo(t *testing.T) {
@@ -72,9 +74,10 @@ func TestOpAttempt(t *testing.T) {
 	if got := len(h.GetBucket()); got != len(DurationBuckets) {
 		t.Errorf("%d buckets, want %d", got, len(DurationBuckets))
 	}
-	// Latency is per operation, never per volume or result.
-	if n := testutil.CollectAndCount(m.opDuration); n != 2 {
-		t.Errorf("%d duration series, want 2 (attach, detach)", n)
+	// Latency is per operation, never per volume or result: one series
+	// per known operation, pre-registered.
+	if n := testutil.CollectAndCount(m.opDuration); n != len(outcome.Ops) {
+		t.Errorf("%d duration series, want %d (one per operation)", n, len(outcome.Ops))
 	}
 }
 
@@ -245,7 +248,7 @@ func TestExpansionAndRefusal(t *testing.T) {
 	m.Expansion(agent.ExpansionGrown)
 	m.Expansion(agent.ExpansionGrown)
 	m.Expansion(agent.ExpansionShrinkIgnored)
-	m.Refusal(agent.RefusedAttachOwner)
+	m.Refusal(kubevirt.RefusedAttachOwner)
 	m.Refusal("unsafe-path")
 	m.Refusal("unsafe-path")
 
@@ -258,8 +261,18 @@ hpmount_filesystem_expansions_total{result="shrink-ignored"} 1
 hpmount_filesystem_expansions_total{result="unchanged"} 0
 # HELP hpmount_refusals_total %s
 # TYPE hpmount_refusals_total counter
+hpmount_refusals_total{reason="attachment-pod-label"} 0
+hpmount_refusals_total{reason="attachment-pod-namespace"} 0
 hpmount_refusals_total{reason="attachment-pod-owner"} 1
+hpmount_refusals_total{reason="launcher-ambiguous"} 0
+hpmount_refusals_total{reason="launcher-labels"} 0
+hpmount_refusals_total{reason="launcher-namespace"} 0
+hpmount_refusals_total{reason="launcher-no-hotplug-disks"} 0
+hpmount_refusals_total{reason="launcher-node"} 0
+hpmount_refusals_total{reason="unknown-volume-mode"} 0
+hpmount_refusals_total{reason="unsafe-content"} 0
 hpmount_refusals_total{reason="unsafe-path"} 2
+hpmount_refusals_total{reason="unsafe-volume-name"} 0
 `, descExpansions.Help, descRefusals.Help)
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "hpmount_filesystem_expansions_total", "hpmount_refusals_total"); err != nil {
 		t.Fatal(err)
@@ -347,8 +360,8 @@ func TestLint(t *testing.T) {
 func TestPrivateRegistry(t *testing.T) {
 	a, b := New("a", "1"), New("b", "2")
 	a.Refusal("x")
-	if n := testutil.CollectAndCount(b.refusals); n != 0 {
-		t.Errorf("two instances share series: %d refusals in the second", n)
+	if n := testutil.CollectAndCount(b.refusals); n != len(kubevirt.RefusalReasons) {
+		t.Errorf("two instances share series: %d refusal series in the second, want only the %d pre-registered", n, len(kubevirt.RefusalReasons))
 	}
 	if n, _ := testutil.GatherAndCount(prometheus.DefaultGatherer, "hpmount_build_info"); n != 0 {
 		t.Errorf("hpmount_build_info registered on the global registry")

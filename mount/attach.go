@@ -1,11 +1,8 @@
 package mount
 
 import (
-	"errors"
-	"fmt"
-	"strings"
-
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // Filesystem-mode attach: the file disk.img that the kubelet published for the
@@ -20,14 +17,6 @@ import (
 // DefaultQEMUID is the uid and gid QEMU runs as in virt-launcher; the mounted
 // file is given to it.
 const DefaultQEMUID = 107
-
-// MaxVolumeNameLen bounds a volume name: <name>.img must stay a short,
-// single path component.
-const MaxVolumeNameLen = 200
-
-// ErrNotPublished is wrapped by FindPublished when the kubelet has not (or no
-// longer) published the volume for the pod.
-var ErrNotPublished = errors.New("volume not published for the pod")
 
 // Attacher bind-mounts filesystem-mode volumes into launcher pods.
 type Attacher struct {
@@ -44,22 +33,6 @@ type Attacher struct {
 	// exists; "" means "/sys".
 	SysRoot string
 }
-
-// Result says what an Attach or Detach changed.
-type Result string
-
-const (
-	// Unchanged: the target already was as asked; nothing was mounted,
-	// unmounted, created or removed.
-	Unchanged Result = "Unchanged"
-	// Mounted: the source was bind-mounted onto a target that had no mount.
-	Mounted Result = "Mounted"
-	// Replaced: mounts from a wrong or dead source, or a stack of mounts,
-	// were unmounted and the source was mounted again.
-	Replaced Result = "Replaced"
-	// Removed: the target's mounts were unmounted and the file unlinked.
-	Removed Result = "Removed"
-)
 
 // Observed is one <name>.img found in a hotplug-disks directory.
 type Observed struct {
@@ -81,28 +54,6 @@ type Observed struct {
 	// SourceGone reports that the mounted file was deleted from its
 	// filesystem or that the mount's block device no longer exists.
 	SourceGone bool
-}
-
-// TargetName is the file name of volume name's target in hotplug-disks.
-func TargetName(name string) string { return name + ".img" }
-
-// checkComponent validates s as one path component that a tenant or the API
-// may have shaped: non-empty, not "." or "..", no "/" or NUL, at most max
-// bytes. A refusal wraps isolation.ErrUnsafePath.
-func checkComponent(what, s string, max int) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%s is empty: %w", what, isolation.ErrUnsafePath)
-	case s == "." || s == "..":
-		return fmt.Errorf("%s %q: %w: not a file name", what, s, isolation.ErrUnsafePath)
-	case strings.IndexByte(s, 0) >= 0:
-		return fmt.Errorf("%s %q: %w: contains NUL", what, s, isolation.ErrUnsafePath)
-	case strings.IndexByte(s, '/') >= 0:
-		return fmt.Errorf("%s %q: %w: contains \"/\"", what, s, isolation.ErrUnsafePath)
-	case len(s) > max:
-		return fmt.Errorf("%s %.40q...: %w: %d bytes, at most %d", what, s, isolation.ErrUnsafePath, len(s), max)
-	}
-	return nil
 }
 
 func (a *Attacher) qemuIDs() (uid, gid int) {
@@ -131,19 +82,9 @@ func (a *Attacher) do(fn func() error) error {
 	return a.NS.Do(fn)
 }
 
-// FindPublished returns the directory, relative to KubeletRoot, in which the
-// kubelet published volume pvName for pod podUID:
-// pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount for a CSI volume, or
-// pods/<uid>/volumes/kubernetes.io~<plugin>/<pv> for another plugin. The
-// lookup never follows a symlink. When the volume is not there, the error
-// wraps ErrNotPublished; malformed names wrap isolation.ErrUnsafePath.
-func (a *Attacher) FindPublished(podUID, pvName string) (string, error) {
-	return a.findPublished(podUID, pvName)
-}
-
 // Attach bind-mounts sourceDir/disk.img onto targetDir/<name>.img, both
-// relative to KubeletRoot: sourceDir is the volume directory FindPublished
-// returned, targetDir the launcher's
+// relative to KubeletRoot: sourceDir is the volume directory
+// kubelet.FindPublished returned, targetDir the launcher's
 // pods/<L>/volumes/kubernetes.io~empty-dir/hotplug-disks.
 //
 // disk.img must be a regular file with a single link on the volume
@@ -158,14 +99,10 @@ func (a *Attacher) FindPublished(podUID, pvName string) (string, error) {
 //
 // t is the host's mount table, read once for the batch; Attach reads no
 // mountinfo itself.
-func (a *Attacher) Attach(t *Table, sourceDir, targetDir, name string) (Result, error) {
+func (a *Attacher) Attach(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	return a.attach(t, sourceDir, targetDir, name)
 }
 
-// Detach unmounts everything mounted on targetDir/<name>.img (lazily when a
-// mount is busy) and then unlinks the file, provided it is a regular file
-// once nothing is mounted on it. A missing target, or a missing targetDir,
-// is success (Unchanged).
 // CheckSource applies Attach's checks of sourceDir/disk.img (regular file,
 // one link, on the volume's own mount, reached without a symlink) without
 // mounting anything, and returns the image's size. A refusal wraps
@@ -175,7 +112,11 @@ func (a *Attacher) CheckSource(sourceDir string) (int64, error) {
 	return a.checkSource(sourceDir)
 }
 
-func (a *Attacher) Detach(t *Table, targetDir, name string) (Result, error) {
+// Detach unmounts everything mounted on targetDir/<name>.img (lazily when a
+// mount is busy) and then unlinks the file, provided it is a regular file
+// once nothing is mounted on it. A missing target, or a missing targetDir,
+// is success (Unchanged).
+func (a *Attacher) Detach(t *Table, targetDir, name string) (outcome.Result, error) {
 	return a.detach(t, targetDir, name)
 }
 

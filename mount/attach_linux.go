@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // openTreeMissing is set once the kernel has said it has no open_tree (before
@@ -51,11 +53,11 @@ type target struct {
 	st    unix.Stat_t
 }
 
-func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (Result, error) {
-	if err := checkComponent("volume name", name, MaxVolumeNameLen); err != nil {
+func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("attach to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	var res Result
+	var res outcome.Result
 	err := a.do(func() error {
 		var err error
 		res, err = a.attachHere(t, sourceDir, targetDir, name)
@@ -83,7 +85,7 @@ func (a *Attacher) checkSource(sourceDir string) (int64, error) {
 	return size, err
 }
 
-func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (Result, error) {
+func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -99,25 +101,25 @@ func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (Resu
 		return "", err
 	}
 	defer dir.Close()
-	file := TargetName(name)
+	file := kubelet.TargetName(name)
 	where := filepath.Join(dir.Name(), file)
 	tg, err := inspectTarget(t, dir, dirID, file)
 	if err != nil {
 		return "", err
 	}
-	result := Mounted
+	result := outcome.Mounted
 	switch {
 	case !tg.exists:
 		if err := createTarget(dir, file); err != nil {
 			return "", err
 		}
 	case tg.mounted && sameSource(tg, src) && tg.depth <= 1:
-		return Unchanged, a.fixOwner(dir, file, tg)
+		return outcome.Unchanged, a.fixOwner(dir, file, tg)
 	case tg.mounted:
 		if _, err := peel(t, dir, dirID, file); err != nil {
 			return "", err
 		}
-		result = Replaced
+		result = outcome.Replaced
 	}
 	if err := bindFile(src, dir, dirID, file); err != nil {
 		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), where, err)
@@ -433,11 +435,11 @@ func (a *Attacher) chown(f *os.File, st unix.Stat_t) error {
 	return nil
 }
 
-func (a *Attacher) detach(t *Table, targetDir, name string) (Result, error) {
-	if err := checkComponent("volume name", name, MaxVolumeNameLen); err != nil {
+func (a *Attacher) detach(t *Table, targetDir, name string) (outcome.Result, error) {
+	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("detach from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	var res Result
+	var res outcome.Result
 	err := a.do(func() error {
 		var err error
 		res, err = a.detachHere(t, targetDir, name)
@@ -446,7 +448,7 @@ func (a *Attacher) detach(t *Table, targetDir, name string) (Result, error) {
 	return res, err
 }
 
-func (a *Attacher) detachHere(t *Table, targetDir, name string) (Result, error) {
+func (a *Attacher) detachHere(t *Table, targetDir, name string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -454,27 +456,27 @@ func (a *Attacher) detachHere(t *Table, targetDir, name string) (Result, error) 
 	defer root.Close()
 	dir, dirID, err := openTargetDir(root, targetDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Unchanged, nil
+		return outcome.Unchanged, nil
 	}
 	if err != nil {
 		return "", err
 	}
 	defer dir.Close()
-	file := TargetName(name)
+	file := kubelet.TargetName(name)
 	where := filepath.Join(dir.Name(), file)
 	tg, err := inspectTarget(t, dir, dirID, file)
 	if err != nil {
 		return "", err
 	}
 	if !tg.exists {
-		return Unchanged, nil
+		return outcome.Unchanged, nil
 	}
 	if _, err := peel(t, dir, dirID, file); err != nil {
 		return "", err
 	}
 	f, err := openTarget(dir, file)
 	if errors.Is(err, unix.ENOENT) {
-		return Removed, nil
+		return outcome.Removed, nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("open target %q: %w", where, err)
@@ -491,17 +493,14 @@ func (a *Attacher) detachHere(t *Table, targetDir, name string) (Result, error) 
 	if err := unix.Unlinkat(int(dir.Fd()), file, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return "", fmt.Errorf("remove target %q: %w", where, err)
 	}
-	return Removed, nil
+	return outcome.Removed, nil
 }
 
 // openKubeletRoot opens the trusted root every lookup starts from. It is
 // opened per call, in the host namespace, so that a kubelet root remounted
 // meanwhile is seen as it is now.
 func openKubeletRoot(path string) (*os.File, error) {
-	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("kubelet root %q is not absolute", path)
-	}
-	return isolation.OpenRoot(path)
+	return kubelet.Root{Path: path}.Open()
 }
 
 // ignoreUnsafe drops a refusal of tenant content, keeping other errors.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 const (
@@ -112,7 +113,7 @@ func TestAttachLifecycle(t *testing.T) {
 				target := n.path(launchDir, "vol-a.img")
 
 				res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a")
-				if err != nil || res != Mounted {
+				if err != nil || res != outcome.Mounted {
 					t.Fatalf("attach: %v %v, want Mounted", res, err)
 				}
 				id := n.wantSingleBind(t, "vol-a")
@@ -121,7 +122,7 @@ func TestAttachLifecycle(t *testing.T) {
 				}
 
 				res, err = n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a")
-				if err != nil || res != Unchanged {
+				if err != nil || res != outcome.Unchanged {
 					t.Fatalf("attach again: %v %v, want Unchanged", res, err)
 				}
 				if again := n.wantSingleBind(t, "vol-a"); again != id {
@@ -165,7 +166,7 @@ func TestAttachLifecycle(t *testing.T) {
 				must(t, err)
 				defer busy.Close()
 				res, err = n.a.Detach(hostTable(t), launchDir, "vol-a")
-				if err != nil || res != Removed {
+				if err != nil || res != outcome.Removed {
 					t.Fatalf("detach: %v %v, want Removed", res, err)
 				}
 				if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
@@ -181,7 +182,7 @@ func TestAttachLifecycle(t *testing.T) {
 					t.Fatalf("disk.img gone after detach: %v", err)
 				}
 				res, err = n.a.Detach(hostTable(t), launchDir, "vol-a")
-				if err != nil || res != Unchanged {
+				if err != nil || res != outcome.Unchanged {
 					t.Fatalf("detach again: %v %v, want Unchanged", res, err)
 				}
 				obs, err = n.a.Observe(hostTable(t), launchDir)
@@ -220,35 +221,35 @@ func TestAttachRepairsLeftovers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T, target string)
-		want  Result
+		want  outcome.Result
 		// observed before the repair
 		wantDepth      int
 		wantSourceGone bool
 	}{
 		{"unmounted file", func(t *testing.T, target string) {
 			must(t, os.WriteFile(target, nil, 0o600))
-		}, Mounted, 0, false},
+		}, outcome.Mounted, 0, false},
 		{"deleted source", func(t *testing.T, target string) {
 			old := n.path(hpVolDir, "old.img")
 			must(t, os.WriteFile(old, nil, 0o644))
 			must(t, os.WriteFile(target, nil, 0o600))
 			bind(t, old, target)
 			must(t, os.Remove(old))
-		}, Replaced, 1, true},
+		}, outcome.Replaced, 1, true},
 		{"other filesystem", func(t *testing.T, target string) {
 			must(t, os.WriteFile(target, nil, 0o600))
 			bind(t, filepath.Join(other, "disk.img"), target)
-		}, Replaced, 1, false},
+		}, outcome.Replaced, 1, false},
 		{"two stacked", func(t *testing.T, target string) {
 			must(t, os.WriteFile(target, nil, 0o600))
 			bindPrivate(t, disk, target)
 			bind(t, disk, target)
-		}, Replaced, 2, false},
+		}, outcome.Replaced, 2, false},
 		{"right source under a wrong one", func(t *testing.T, target string) {
 			must(t, os.WriteFile(target, nil, 0o600))
 			bindPrivate(t, disk, target)
 			bind(t, filepath.Join(other, "disk.img"), target)
-		}, Replaced, 2, false},
+		}, outcome.Replaced, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.ReplaceAll(tc.name, " ", "-")
@@ -266,7 +267,7 @@ func TestAttachRepairsLeftovers(t *testing.T) {
 			}
 			n.wantSingleBind(t, name)
 			res, err = n.a.Attach(hostTable(t), hpVolDir, launchDir, name)
-			if err != nil || res != Unchanged {
+			if err != nil || res != outcome.Unchanged {
 				t.Fatalf("attach after repair: %v %v, want Unchanged", res, err)
 			}
 			_, err = n.a.Detach(hostTable(t), launchDir, name)
@@ -456,7 +457,7 @@ func TestAttachRefuses(t *testing.T) {
 	})
 }
 
-func (n *node) wantRefused(t *testing.T, res Result, err error, mention string, mountsBefore int) {
+func (n *node) wantRefused(t *testing.T, res outcome.Result, err error, mention string, mountsBefore int) {
 	t.Helper()
 	if !errors.Is(err, isolation.ErrUnsafePath) {
 		t.Fatalf("got %v, %v; want a refusal wrapping ErrUnsafePath", res, err)
@@ -486,7 +487,7 @@ func BenchmarkAttach(b *testing.B) {
 		b.ResetTimer()
 		for b.Loop() {
 			res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench")
-			if err != nil || res != Unchanged {
+			if err != nil || res != outcome.Unchanged {
 				b.Fatalf("%v %v", res, err)
 			}
 		}
@@ -505,7 +506,7 @@ func BenchmarkAttach(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			if res, err := direct.Attach(tbl, hpVolDir, launchDir, "bench"); err != nil || res != Unchanged {
+			if res, err := direct.Attach(tbl, hpVolDir, launchDir, "bench"); err != nil || res != outcome.Unchanged {
 				b.Fatalf("%v %v", res, err)
 			}
 		}
@@ -518,10 +519,10 @@ func BenchmarkAttach(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			if res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench"); err != nil || res != Mounted {
+			if res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench"); err != nil || res != outcome.Mounted {
 				b.Fatalf("attach: %v %v", res, err)
 			}
-			if res, err := n.a.Detach(tbl, launchDir, "bench"); err != nil || res != Removed {
+			if res, err := n.a.Detach(tbl, launchDir, "bench"); err != nil || res != outcome.Removed {
 				b.Fatalf("detach: %v %v", res, err)
 			}
 		}

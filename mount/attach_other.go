@@ -3,27 +3,28 @@
 package mount
 
 import (
+	"errors"
 	"fmt"
 
-	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 func (a *Attacher) findPublished(podUID, pvName string) (string, error) {
-	return "", fmt.Errorf("find volume %q of pod %q: %w", pvName, podUID, isolation.ErrUnsupported)
+	return "", fmt.Errorf("find volume %q of pod %q: %w", pvName, podUID, errors.ErrUnsupported)
 }
 
-func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (Result, error) {
-	return "", fmt.Errorf("attach %q to %q: %w", sourceDir, targetDir, isolation.ErrUnsupported)
+func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+	return "", fmt.Errorf("attach %q to %q: %w", sourceDir, targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) detach(t *Table, targetDir, name string) (Result, error) {
-	return "", fmt.Errorf("detach %q from %q: %w", name, targetDir, isolation.ErrUnsupported)
+func (a *Attacher) detach(t *Table, targetDir, name string) (outcome.Result, error) {
+	return "", fmt.Errorf("detach %q from %q: %w", name, targetDir, errors.ErrUnsupported)
 }
 
 func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
-	return nil, fmt.Errorf("observe %q: %w", targetDir, isolation.ErrUnsupported)
+	return nil, fmt.Errorf("observe %q: %w", targetDir, errors.ErrUnsupported)
 }
 
 func (a *Attacher) checkSource(sourceDir string) (int64, error) {
-	return 0, fmt.Errorf("check %q: %w", sourceDir, isolation.ErrUnsupported)
+	return 0, fmt.Errorf("check %q: %w", sourceDir, errors.ErrUnsupported)
 }

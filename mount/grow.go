@@ -169,6 +169,14 @@ func (g *Grower) Grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 	return g.grow(t, targetDir, name, opts)
 }
 
+// Measure reports what Grow would find for <name>.img in targetDir (sizes
+// of device, filesystem and disk.img, and whether growth is due) without
+// changing anything: no growth, no second mount, no write. diag judges a
+// volume through it, by the agent's own measurements.
+func (g *Grower) Measure(t *Table, targetDir, name string) (GrowResult, error) {
+	return g.grow(t, targetDir, name, GrowOptions{})
+}
+
 // Resize runs resize2fs or xfs_growfs and returns its output in the error.
 func (ExecResizer) Resize(fstype, device, mountPoint string) error {
 	return execResize(fstype, device, mountPoint)

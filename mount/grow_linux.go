@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
 )
 
 func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
@@ -16,8 +17,8 @@ func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 	if g.NS == nil {
 		return GrowResult{}, fmt.Errorf("grow %q: no mount namespace to work in", label)
 	}
-	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
-		return GrowResult{}, fmt.Errorf("grow %q: %w: malformed volume name", label, isolation.ErrUnsafePath)
+	if err := kubelet.ValidName(name); err != nil {
+		return GrowResult{}, fmt.Errorf("grow %q: %w", label, err)
 	}
 	var res GrowResult
 	err := g.NS.Do(func() error {

@@ -3,15 +3,14 @@
 package mount
 
 import (
+	"errors"
 	"fmt"
-
-	"github.com/hpmount/hpmount/isolation"
 )
 
 func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
-	return GrowResult{}, fmt.Errorf("grow %q in %q: %w", name+".img", targetDir, isolation.ErrUnsupported)
+	return GrowResult{}, fmt.Errorf("grow %q in %q: %w", name+".img", targetDir, errors.ErrUnsupported)
 }
 
 func execResize(fstype, device, mountPoint string) error {
-	return fmt.Errorf("resize %s on %q: %w", fstype, device, isolation.ErrUnsupported)
+	return fmt.Errorf("resize %s on %q: %w", fstype, device, errors.ErrUnsupported)
 }

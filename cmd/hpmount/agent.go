@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,44 +14,41 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/metrics"
+	"github.com/hpmount/hpmount/node"
 )
 
 func newAgentCommand() *cobra.Command {
 	cfg := agent.DefaultConfig()
 	cfg.NodeName = os.Getenv("NODE_NAME")
-	var cgroupMode string
+	nc := node.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the per-node hotplug agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.CgroupMode = agent.CgroupMode(cgroupMode)
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-			return runAgent(cmd, cfg)
+			nc.Grow.Filesystems = cfg.GrowFilesystems
+			return runAgent(cmd, cfg, nc)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	f.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "node this agent serves (default $NODE_NAME)")
-	f.StringVar(&cfg.KubeletRoot, "kubelet-root", cfg.KubeletRoot, "kubelet root directory")
-	f.StringVar(&cfg.HostProc, "host-proc", cfg.HostProc, "the host's /proc")
-	f.IntVar(&cfg.HostPID, "host-pid", cfg.HostPID, "a host process whose mount namespace and mountinfo are the host's")
-	f.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "where the cgroup hierarchies are mounted")
-	f.StringVar(&cgroupMode, "cgroup-mode", string(cfg.CgroupMode), "device cgroup flavour: auto, v1 or v2")
+	nodeFlags(f, nodeLocation{&nc.Host, &nc.KubeletRoot, &nc.CgroupRoot, &nc.CgroupMode})
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "address of /metrics; empty disables")
 	f.StringVar(&cfg.HealthAddress, "health-address", cfg.HealthAddress, "address of /healthz and /readyz; empty disables")
-	f.IntVar(&cfg.QEMUUID, "qemu-uid", cfg.QEMUUID, "owner uid of what is made in the launcher")
-	f.IntVar(&cfg.QEMUGID, "qemu-gid", cfg.QEMUGID, "owner gid of what is made in the launcher")
+	f.IntVar(&nc.UID, "qemu-uid", nc.UID, "owner uid of what is made in the launcher")
+	f.IntVar(&nc.GID, "qemu-gid", nc.GID, "owner gid of what is made in the launcher")
 	f.BoolVar(&cfg.ReportVolumeStatus, "report-volume-status", cfg.ReportVolumeStatus, "patch the VMI's status.volumeStatus (MountedToPod/UnMountedFromPod)")
 	f.BoolVar(&cfg.GrowFilesystems, "grow-filesystems", cfg.GrowFilesystems, "grow mounted filesystem-mode volumes online")
-	f.BoolVar(&cfg.ExpandDiskImages, "expand-disk-images", cfg.ExpandDiskImages, "also grow disk.img to KubeVirt's usable size for the claim: (1 - filesystemOverhead) x min(capacity, free + allocated), MiB-aligned; never shrinks")
+	f.BoolVar(&nc.Grow.DiskImages, "expand-disk-images", nc.Grow.DiskImages, "also grow disk.img to KubeVirt's usable size for the claim: (1 - filesystemOverhead) x min(capacity, free + allocated), MiB-aligned; never shrinks")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "how often every VMI is reconciled without an API change")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "reconcile workers")
 	return cmd
 }
 
-func runAgent(cmd *cobra.Command, cfg agent.Config) error {
-	if err := cfg.Validate(); err != nil {
+func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config) error {
+	if err := errors.Join(cfg.Validate(), nc.Validate()); err != nil {
 		return err
 	}
 	rc, err := restConfig(cfg.Kubeconfig)
@@ -66,14 +64,15 @@ func runAgent(cmd *cobra.Command, cfg agent.Config) error {
 	if err != nil {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
-	engine, err := newEngine(cfg)
+	engine, err := node.New(nc)
 	if err != nil {
 		return fmt.Errorf("node engine: %w", err)
 	}
+	defer engine.Close()
 	m := metrics.New(version, commit)
 	cfg.Observer = m
 	cfg.MetricsHandler = m.Handler()
-	cfg.ReadinessGate = propagationGate(cfg)
+	cfg.ReadinessGate = engine.CheckPropagation
 	a, err := agent.New(cfg, kube, dyn, engine)
 	if err != nil {
 		return err

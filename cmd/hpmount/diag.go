@@ -39,11 +39,7 @@ func newDiagCommand() *cobra.Command {
 	f.BoolVar(&opts.AllNamespaces, "all", false, "VMIs of all namespaces")
 	f.StringVarP(&output, "output", "o", diag.FormatTable, "output format: table, wide, json or yaml")
 	f.StringVar(&opts.NodeName, "node-name", opts.NodeName, "node to diagnose (default $NODE_NAME)")
-	f.StringVar(&opts.KubeletRoot, "kubelet-root", opts.KubeletRoot, "kubelet root directory")
-	f.StringVar(&opts.HostProc, "host-proc", opts.HostProc, "the host's /proc")
-	f.IntVar(&opts.HostPID, "host-pid", opts.HostPID, "a host process whose mount namespace and mountinfo are the host's")
-	f.StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "where the cgroup hierarchies are mounted")
-	f.StringVar(&opts.CgroupMode, "cgroup-mode", opts.CgroupMode, "device cgroup flavour: auto, v1 or v2")
+	nodeFlags(f, nodeLocation{&opts.Host, &opts.KubeletRoot, &opts.CgroupRoot, &opts.CgroupMode})
 	f.StringVar(&opts.MountSource, "mount-source", opts.MountSource, "how to read the mount table: auto, findmnt or mountinfo")
 	return cmd
 }

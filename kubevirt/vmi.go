@@ -1,4 +1,4 @@
-package agent
+package kubevirt
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 // VMIResource is the KubeVirt VirtualMachineInstance resource.
 var VMIResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
 
-// KubeVirt names the agent relies on.
+// KubeVirt names hpmount relies on.
 const (
 	VMIKind               = "VirtualMachineInstance"
 	VMIAPIVersion         = "kubevirt.io/v1"
@@ -25,7 +25,6 @@ const (
 	LabelCreatedBy        = "kubevirt.io/created-by"
 	AppVirtLauncher       = "virt-launcher"
 	AppHotplugDisk        = "hotplug-disk"
-	HotplugDisksVolume    = "hotplug-disks"
 	PhaseMountedToPod     = "MountedToPod"
 	PhaseUnMountedFromPod = "UnMountedFromPod"
 	PhaseReady            = "Ready"
@@ -33,8 +32,17 @@ const (
 	ReasonUnMounted       = "VolumeUnMountedFromPod"
 )
 
-// VMI holds the few fields of a KubeVirt VirtualMachineInstance the agent
-// reads. Unknown fields are ignored.
+// VolumeMode is the PVC's volumeMode as KubeVirt reports it in
+// status.volumeStatus[].persistentVolumeClaimInfo.volumeMode.
+type VolumeMode string
+
+const (
+	Filesystem VolumeMode = "Filesystem"
+	Block      VolumeMode = "Block"
+)
+
+// VMI holds the few fields of a KubeVirt VirtualMachineInstance that
+// hpmount reads. Unknown fields are ignored.
 type VMI struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -42,7 +50,7 @@ type VMI struct {
 	Status            VMIStatus `json:"status,omitempty"`
 }
 
-// VMISpec is the part of spec the agent reads.
+// VMISpec is the part of spec hpmount reads.
 type VMISpec struct {
 	Volumes []Volume `json:"volumes,omitempty"`
 }
@@ -67,7 +75,7 @@ type DataVolumeVolumeSource struct {
 	Hotpluggable bool   `json:"hotpluggable,omitempty"`
 }
 
-// VMIStatus is the part of status the agent reads.
+// VMIStatus is the part of status hpmount reads.
 type VMIStatus struct {
 	NodeName     string               `json:"nodeName,omitempty"`
 	ActivePods   map[types.UID]string `json:"activePods,omitempty"`
@@ -192,4 +200,12 @@ func (i *PersistentVolumeClaimInfo) Overhead() (float64, error) {
 		return 0, fmt.Errorf("filesystem overhead %q is not in [0, 1)", i.FilesystemOverhead)
 	}
 	return f, nil
+}
+
+// Mode is the volume mode of a status entry, Filesystem without one.
+func (s *VolumeStatus) Mode() VolumeMode {
+	if s == nil {
+		return Filesystem
+	}
+	return s.PersistentVolumeClaimInfo.Mode()
 }

@@ -1,4 +1,4 @@
-package mount
+package kubelet
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 )
 
-// FindPublished on a plain directory tree, in the caller's namespace (NS nil):
-// no root needed.
+// FindPublished on a plain directory tree, in the caller's namespace: no
+// root needed.
 func TestFindPublished(t *testing.T) {
 	root, err := filepath.EvalSymlinks(t.TempDir())
-	must(t, err)
+	mustOK(t, err)
 	mk := func(rel string) {
-		must(t, os.MkdirAll(filepath.Join(root, rel), 0o755))
+		mustOK(t, os.MkdirAll(filepath.Join(root, rel), 0o755))
 	}
 	mk("pods/csi-pod/volumes/kubernetes.io~csi/pvc-a/mount")
 	mk("pods/csi-pod/volumes/kubernetes.io~empty-dir/scratch")
@@ -25,8 +25,8 @@ func TestFindPublished(t *testing.T) {
 	mk("pods/both/volumes/kubernetes.io~aaa/pvc-c")
 	mk("pods/linked/volumes/kubernetes.io~csi")
 	mk("host-dir/mount")
-	must(t, os.Symlink(filepath.Join(root, "host-dir"), filepath.Join(root, "pods/linked/volumes/kubernetes.io~csi/pvc-d")))
-	a := &Attacher{KubeletRoot: root}
+	mustOK(t, os.Symlink(filepath.Join(root, "host-dir"), filepath.Join(root, "pods/linked/volumes/kubernetes.io~csi/pvc-d")))
+	r := Root{Path: root, Configured: root}
 	for _, tc := range []struct {
 		name, pod, pv string
 		want          string
@@ -44,7 +44,7 @@ func TestFindPublished(t *testing.T) {
 		{"empty pv name", "csi-pod", "", "", isolation.ErrUnsafePath},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := a.FindPublished(tc.pod, tc.pv)
+			got, err := FindPublished(r, tc.pod, tc.pv)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("FindPublished(%q, %q) = %q, %v; want %v", tc.pod, tc.pv, got, err, tc.wantErr)
@@ -55,5 +55,12 @@ func TestFindPublished(t *testing.T) {
 				t.Fatalf("FindPublished(%q, %q) = %q, %v; want %q", tc.pod, tc.pv, got, err, tc.want)
 			}
 		})
+	}
+}
+
+func mustOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

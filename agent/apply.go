@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
+)
+
+// applied is what one planned engine call did. Apply records it; summarize
+// decides what it means.
+type applied struct {
+	Op   op
+	Took time.Duration
+	// Result is the change made, outcome.NotPublished, Refused or Error.
+	Result outcome.Result
+	// Err is the failure, for Error and NotPublished.
+	Err error
+	// Refusal is the engine's refusal of tenant content, for Refused.
+	Refusal *kubevirt.Refusal
+	// Grow is the growth check's report, for outcome.Grow.
+	Grow GrowResult
+	// Canceled: the agent is stopping; the failure says nothing about the
+	// volume and is not reported.
+	Canceled bool
+}
+
+// apply runs the plan against launcher, in order. It never changes the
+// plan or the intents; a growth check is skipped for a volume whose attach
+// or verify failed in this pass.
+func (a *Agent) apply(ctx context.Context, snap Snapshot, launcher types.UID, plan []op) []applied {
+	var out []applied
+	failed := map[string]bool{}
+	for _, o := range plan {
+		if o.Kind == outcome.Grow && failed[o.Name] {
+			continue
+		}
+		r := a.call(ctx, snap, launcher, o)
+		if r.Result == outcome.Error || r.Result == outcome.Refused || r.Result == outcome.NotPublished {
+			failed[o.Name] = true
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// call makes one engine call and classifies its result.
+func (a *Agent) call(ctx context.Context, snap Snapshot, launcher types.UID, o op) applied {
+	r := applied{Op: o}
+	start := time.Now()
+	var err error
+	switch o.Kind {
+	case outcome.Detach:
+		r.Result, err = a.engine.Detach(ctx, snap, launcher, *o.Observed)
+	case outcome.Attach, outcome.Verify:
+		r.Result, err = a.engine.Attach(ctx, snap, o.Intent.Desired)
+	case outcome.Grow:
+		r.Grow, err = a.engine.Grow(ctx, snap, o.Intent.Desired)
+		r.Result = outcome.Unchanged
+		if r.Grow.Grown || r.Grow.ImageGrown {
+			r.Result = outcome.Grown
+		}
+	}
+	r.Took = time.Since(start)
+	if err == nil {
+		return r
+	}
+	attach := o.Kind == outcome.Attach || o.Kind == outcome.Verify
+	// Only an attach is refused or waits for a publish: a detach or growth
+	// check that fails on tenant content is a failure to report.
+	switch refusal := kubevirt.RefusalOf(err); {
+	case attach && refusal != nil:
+		r.Result, r.Refusal = outcome.Refused, refusal
+	case attach && errors.Is(err, kubelet.ErrNotPublished):
+		r.Result, r.Err = outcome.NotPublished, err
+	default:
+		r.Result, r.Err, r.Canceled = outcome.Error, err, ctx.Err() != nil
+	}
+	return r
+}

@@ -1,0 +1,115 @@
+package kubelet
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/hpmount/hpmount/isolation"
+)
+
+// DefaultRoot is the kubelet's default --root-dir.
+const DefaultRoot = "/var/lib/kubelet"
+
+// MaxVolumeNameLen bounds a volume name: <name>.img must stay a short,
+// single path component in hotplug-disks.
+const MaxVolumeNameLen = 200
+
+// maxComponentLen is the kernel's NAME_MAX, the bound of a pod UID or a PV
+// name as a directory name.
+const maxComponentLen = 255
+
+// HotplugDisksVolume is the name of the launcher's emptyDir volume that
+// hpmount fills; KubeVirt names it so.
+const HotplugDisksVolume = "hotplug-disks"
+
+// csiPlugin is the kubelet's directory for CSI volumes; it adds a "mount"
+// level below the volume name that other plugins do not have.
+const csiPlugin = "kubernetes.io~csi"
+
+// ErrNotPublished means the kubelet has not (or no longer) published the
+// volume for the pod. For a volume whose launcher target is already healthy
+// it is the normal state after the attachment pod was replaced.
+var ErrNotPublished = errors.New("volume is not published for the pod")
+
+// Root is the kubelet root directory as the host's mount namespace sees it.
+type Root struct {
+	// Path is absolute with every symlink resolved: the spelling of the
+	// host's mountinfo and the directory every lookup starts from.
+	Path string
+	// Configured is the path the kubelet was configured with (and so
+	// writes into its links); it equals Path unless the root is a link.
+	Configured string
+}
+
+// Abs joins a path relative to the root onto Path.
+func (r Root) Abs(rel string) string { return path.Join(r.Path, rel) }
+
+// PodsDir is the kubelet's pods directory, relative to the root.
+const PodsDir = "pods"
+
+// HotplugDisksDir is a launcher pod's hotplug-disks emptyDir, relative to
+// the root.
+func HotplugDisksDir(launcherUID string) string {
+	return path.Join(PodsDir, launcherUID, "volumes", "kubernetes.io~empty-dir", HotplugDisksVolume)
+}
+
+// VolumesDir is a pod's volumes directory, relative to the root.
+func VolumesDir(podUID string) string { return path.Join(PodsDir, podUID, "volumes") }
+
+// VolumeDevicesDir is a pod's volumeDevices directory, relative to the
+// root: one entry per plugin, holding one link per block volume.
+func VolumeDevicesDir(podUID string) string { return path.Join(PodsDir, podUID, "volumeDevices") }
+
+// CSIPublishFile is the file on which the CSI driver bind-mounts the device
+// node of block volume pv for pod podUID, relative to the root.
+func CSIPublishFile(pv, podUID string) string {
+	return path.Join("plugins/kubernetes.io/csi/volumeDevices/publish", pv, podUID)
+}
+
+// TargetName is the file name of a filesystem volume's target in
+// hotplug-disks: <volume>.img. A block volume's node is the volume's name.
+func TargetName(volume string) string { return volume + ".img" }
+
+// ValidName refuses a volume name that cannot be one plain file name in
+// hotplug-disks. The names come from the VMI, which a tenant writes; a
+// refusal wraps isolation.ErrUnsafePath.
+func ValidName(name string) error {
+	return validComponent("volume name", name, MaxVolumeNameLen)
+}
+
+// validComponent validates s as one path component that a tenant or the
+// API may have shaped: non-empty, not "." or "..", no "/" or NUL, at most
+// max bytes. A refusal wraps isolation.ErrUnsafePath.
+func validComponent(what, s string, max int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%s is empty: %w", what, isolation.ErrUnsafePath)
+	case s == "." || s == "..":
+		return fmt.Errorf("%s %q: %w: not a file name", what, s, isolation.ErrUnsafePath)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s %q: %w: contains NUL", what, s, isolation.ErrUnsafePath)
+	case strings.IndexByte(s, '/') >= 0:
+		return fmt.Errorf("%s %q: %w: contains \"/\"", what, s, isolation.ErrUnsafePath)
+	case len(s) > max:
+		return fmt.Errorf("%s %.40q...: %w: %d bytes, at most %d", what, s, isolation.ErrUnsafePath, len(s), max)
+	}
+	return nil
+}
+
+// validPodVolume validates a pod UID and a PV name before they become
+// path components.
+func validPodVolume(podUID, pvName string) error {
+	if err := validComponent("pod uid", podUID, maxComponentLen); err != nil {
+		return err
+	}
+	return validComponent("volume name", pvName, maxComponentLen)
+}
+
+// LauncherDir is a pod directory that has a hotplug-disks emptyDir.
+type LauncherDir struct {
+	UID string
+	// Empty says the directory holds nothing: no target file, no node.
+	Empty bool
+}

@@ -1,0 +1,50 @@
+package kubelet
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hpmount/hpmount/isolation"
+)
+
+func TestValidName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"disk1", true},
+		{"a.b-c_d", true},
+		{strings.Repeat("x", MaxVolumeNameLen), true},
+		{strings.Repeat("x", MaxVolumeNameLen+1), false},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"a/b", false},
+		{"../x", false},
+		{"a\x00b", false},
+	} {
+		err := ValidName(tc.name)
+		if tc.ok != (err == nil) {
+			t.Errorf("ValidName(%.20q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, isolation.ErrUnsafePath) {
+			t.Errorf("ValidName(%.20q) = %v, want it to wrap ErrUnsafePath", tc.name, err)
+		}
+	}
+}
+
+func TestPaths(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{HotplugDisksDir("L"), "pods/L/volumes/kubernetes.io~empty-dir/hotplug-disks"},
+		{VolumesDir("P"), "pods/P/volumes"},
+		{VolumeDevicesDir("P"), "pods/P/volumeDevices"},
+		{CSIPublishFile("pv", "P"), "plugins/kubernetes.io/csi/volumeDevices/publish/pv/P"},
+		{TargetName("disk"), "disk.img"},
+		{Root{Path: "/data/kubelet"}.Abs("pods"), "/data/kubelet/pods"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,23 @@
+// Package kubevirt is hpmount's model of the KubeVirt objects it reads and
+// the ownership rules it applies to them, shared by the agent and diag so
+// that both judge a volume the same way:
+//
+//   - the few fields of a VirtualMachineInstance that are read (VMI,
+//     decoded from unstructured, never panicking), its labels and phases,
+//     and the volume modes;
+//   - finding the VMI's virt-launcher pod on a node and checking it
+//     (FindLauncher, CheckLauncher), checking that an attachment pod
+//     belongs to that launcher (CheckAttachmentPod), and telling whether a
+//     pod has terminated (PodTerminated);
+//   - judging each hotplug volume (HotplugVolumes): refused, pending, or
+//     attachable from a verified attachment pod;
+//   - Refusal and its reason codes, which are the reason label of
+//     hpmount_refusals_total and of diag's refused verdict.
+//
+// The kubevirt.io Go modules are not used: the fields are defined here and
+// checked against KubeVirt's sources (see ARCHITECTURE.md).
+//
+// It refuses I/O: it never calls the API, never reads the node, and never
+// builds a kubelet path; callers hand it objects from their caches or
+// lists.
+package kubevirt

@@ -1,0 +1,72 @@
+package metrics
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
+)
+
+// lineWith returns the first line of text that contains marker.
+func lineWith(t *testing.T, text, marker string) string {
+	t.Helper()
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, marker) {
+			return l
+		}
+	}
+	t.Fatalf("no line with %q", marker)
+	return ""
+}
+
+// TestVocabularyDocumented holds doc.go's table and the README's metric
+// table to the one vocabulary: every op, result and refusal reason the
+// code can report is named where operators read about the metric.
+func TestVocabularyDocumented(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var words []string
+	for _, op := range outcome.Ops {
+		words = append(words, string(op))
+	}
+	for _, r := range outcome.Results {
+		words = append(words, string(r))
+	}
+	for _, tc := range []struct {
+		where, line, quote string
+		words              []string
+	}{
+		{"doc.go", lineWith(t, string(doc), "//\thpmount_mount_operations_total"), "", words},
+		{"README.md", lineWith(t, string(readme), "| `hpmount_mount_operations_total`"), "`", words},
+		{"README.md", lineWith(t, string(readme), "| `hpmount_refusals_total`"), "`", kubevirt.RefusalReasons},
+	} {
+		for _, w := range tc.words {
+			if !strings.Contains(tc.line, tc.quote+w+tc.quote) {
+				t.Errorf("%s: the line %q does not name %q", tc.where, tc.line, w)
+			}
+		}
+	}
+}
+
+// TestVocabularyPreregistered checks that every op/result pair and every
+// refusal reason is a series from the start, so that rate() and alerts see
+// 0 before the first event.
+func TestVocabularyPreregistered(t *testing.T) {
+	m := New("dev", "none")
+	if got, want := testutil.CollectAndCount(m.ops), len(outcome.Ops)*len(outcome.Results); got != want {
+		t.Errorf("%d hpmount_mount_operations_total series, want %d", got, want)
+	}
+	if got, want := testutil.CollectAndCount(m.refusals), len(kubevirt.RefusalReasons); got != want {
+		t.Errorf("%d hpmount_refusals_total series, want %d", got, want)
+	}
+}

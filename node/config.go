@@ -1,0 +1,77 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+)
+
+// Config locates the host's pieces and says what the engine may change.
+type Config struct {
+	// Host locates the host's mount namespace and mountinfo.
+	Host isolation.Host
+	// KubeletRoot is the kubelet's --root-dir as configured; New resolves
+	// it in the host namespace.
+	KubeletRoot string
+	// CgroupRoot is where the cgroup hierarchies are mounted.
+	CgroupRoot string
+	CgroupMode blockdev.CgroupMode
+	// SysRoot is sysfs ("/sys"), DevRoot the device directory ("/dev").
+	SysRoot, DevRoot string
+	// PrivateDir holds the agent's temporary mounts for online growth.
+	PrivateDir string
+	// UID and GID own what is made in the launcher (QEMU's, 107).
+	UID, GID int
+	Grow     GrowPolicy
+}
+
+// GrowPolicy is what Grow may change.
+type GrowPolicy struct {
+	// Filesystems grows a mounted filesystem whose device grew.
+	Filesystems bool
+	// DiskImages also grows disk.img to KubeVirt's usable size.
+	DiskImages bool
+}
+
+// DefaultConfig returns the defaults of `hpmount agent`'s node flags.
+func DefaultConfig() Config {
+	return Config{
+		Host:        isolation.DefaultHost,
+		KubeletRoot: kubelet.DefaultRoot,
+		CgroupRoot:  "/sys/fs/cgroup",
+		CgroupMode:  blockdev.CgroupAuto,
+		SysRoot:     "/sys",
+		DevRoot:     "/dev",
+		// /run is a tmpfs on the host, so a crash leaves nothing across
+		// reboots.
+		PrivateDir: "/run/hpmount/grow",
+		UID:        107,
+		GID:        107,
+		Grow:       GrowPolicy{Filesystems: true},
+	}
+}
+
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.Host.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if !filepath.IsAbs(c.KubeletRoot) {
+		errs = append(errs, fmt.Errorf("kubelet root %q is not an absolute path", c.KubeletRoot))
+	}
+	if !filepath.IsAbs(c.CgroupRoot) {
+		errs = append(errs, fmt.Errorf("cgroup root %q is not an absolute path", c.CgroupRoot))
+	}
+	if err := c.CgroupMode.Valid(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.UID < 0 || c.GID < 0 {
+		errs = append(errs, fmt.Errorf("qemu uid/gid %d/%d must not be negative", c.UID, c.GID))
+	}
+	return errors.Join(errs...)
+}

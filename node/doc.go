@@ -1,0 +1,21 @@
+// Package node is the real engine behind the agent's Engine interface:
+// everything the agent asks of the node, done in the host's mount
+// namespace by the packages that own each part.
+//
+//   - One batch snapshot: the host's mountinfo read once and shared by
+//     every call of a reconcile.
+//   - Filesystem volumes through mount (bind of disk.img, observe, detach,
+//     growth); block volumes through blockdev (node, device-cgroup rule,
+//     device size); every kubelet path through kubelet, with the kubelet
+//     root resolved once, in the host namespace, at New.
+//   - The agent's readiness gate (CheckPropagation) on that same root.
+//
+// It translates engine errors at its own boundary, so that the agent
+// imports none of mount, blockdev or isolation: tenant content the node
+// refuses becomes a *kubevirt.Refusal (unsafe-content), a volume the
+// kubelet does not publish wraps kubelet.ErrNotPublished, and growth
+// reports the slack by which a claim may sit below its device.
+//
+// It refuses to decide anything: which volumes belong where, when to
+// detach and what to report are the agent's.
+package node

@@ -1,0 +1,290 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/propagation"
+)
+
+// Engine is the agent.Engine of a real node.
+type Engine struct {
+	ns       *isolation.MountNamespace
+	host     isolation.Host
+	root     kubelet.Root
+	sysRoot  string
+	attacher *mount.Attacher
+	grower   *mount.Grower
+	nodes    *blockdev.Nodes
+	rules    blockdev.DeviceRules
+	grow     GrowPolicy
+}
+
+var _ agent.Engine = (*Engine)(nil)
+
+// New joins the host mount namespace, resolves the kubelet root there and
+// opens the device-cgroup flavour in use.
+func New(c Config) (*Engine, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("node engine config: %w", err)
+	}
+	ns, err := isolation.OpenMountNamespace(c.Host.MountNamespace())
+	if err != nil {
+		return nil, err
+	}
+	root, err := kubelet.ResolveRoot(ns, c.KubeletRoot)
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	rules, err := blockdev.NewDeviceRules(c.CgroupMode, c.CgroupRoot)
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	return &Engine{
+		ns: ns, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
+		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
+		grower: &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
+			PrivateDir: c.PrivateDir},
+		nodes: &blockdev.Nodes{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID},
+	}, nil
+}
+
+// Close leaves the host namespace. Mounts stay.
+func (e *Engine) Close() { e.ns.Close() }
+
+// KubeletRoot is the kubelet root as resolved in the host namespace.
+func (e *Engine) KubeletRoot() kubelet.Root { return e.root }
+
+// CheckPropagation is the agent's readiness gate: the kubelet's pods
+// directory must be on a shared mount in the host namespace, or mounts made
+// there never reach the launchers' HostToContainer views.
+func (e *Engine) CheckPropagation(context.Context) error {
+	t, err := mount.ReadTable(e.host.MountInfo())
+	if err != nil {
+		return err
+	}
+	return propagation.CheckShared(t, e.root.Abs(kubelet.PodsDir))
+}
+
+type tableSnapshot struct{ t *mount.Table }
+
+func (s tableSnapshot) Entries() int { return s.t.Len() }
+
+func table(s agent.Snapshot) (*mount.Table, error) {
+	ts, ok := s.(tableSnapshot)
+	if !ok || ts.t == nil {
+		return nil, fmt.Errorf("snapshot %T is not a mount table", s)
+	}
+	return ts.t, nil
+}
+
+// Snapshot reads the host's mountinfo once.
+func (e *Engine) Snapshot(ctx context.Context) (agent.Snapshot, error) {
+	t, err := mount.ReadTable(e.host.MountInfo())
+	if err != nil {
+		return nil, err
+	}
+	return tableSnapshot{t}, nil
+}
+
+func hotplugDisks(launcher types.UID) string { return kubelet.HotplugDisksDir(string(launcher)) }
+
+// refusal turns tenant content the node will not touch into the agent's
+// refusal; other errors pass unchanged.
+func refusal(err error) error {
+	if r := kubevirt.RefusalOf(err); r != nil {
+		return r
+	}
+	return err
+}
+
+// Observe lists the launcher's file binds and block nodes.
+func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
+	t, err := table(s)
+	if err != nil {
+		return nil, err
+	}
+	dir := hotplugDisks(launcher)
+	files, err := e.attacher.Observe(t, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []agent.ObservedVolume
+	for _, f := range files {
+		out = append(out, agent.ObservedVolume{Name: f.Name, Mode: kubevirt.Filesystem, Mounted: f.Mounted, Stacked: f.Depth,
+			SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone})
+	}
+	nodes, err := e.nodes.Observe(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor})
+	}
+	return out, nil
+}
+
+// Attach bind-mounts a filesystem volume's disk.img, or makes and allows a
+// block volume's node.
+func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
+	t, err := table(s)
+	if err != nil {
+		return outcome.Unchanged, err
+	}
+	if v.Mode == kubevirt.Block {
+		r, err := e.attachBlock(v)
+		return r, refusal(err)
+	}
+	var src string
+	err = e.ns.Do(func() (err error) {
+		src, err = kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
+		return err
+	})
+	if err != nil {
+		return outcome.Unchanged, refusal(err)
+	}
+	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
+	return r, refusal(err)
+}
+
+func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
+	p, err := e.nodes.PublishedDevice(string(v.Source.AttachmentPodUID), v.Source.PVName)
+	if err != nil {
+		return outcome.Unchanged, err
+	}
+	launcher := string(v.LauncherUID)
+	// The rule goes in before the node appears, so the launcher never sees
+	// a node it cannot open.
+	allowed, err := e.rules.Allowed(launcher, p.Device)
+	if err != nil {
+		return outcome.Unchanged, err
+	}
+	if !allowed {
+		if err := e.rules.Allow(launcher, p.Device); err != nil {
+			return outcome.Unchanged, err
+		}
+	}
+	r, old, err := e.nodes.Ensure(hotplugDisks(v.LauncherUID), v.Name, p)
+	if err != nil {
+		return outcome.Unchanged, err
+	}
+	if r == outcome.Replaced && old != p.Device {
+		if err := e.denyUnlessUsed(v.LauncherUID, old); err != nil {
+			return outcome.Replaced, err
+		}
+	}
+	if r == outcome.Unchanged && !allowed {
+		// Node in place but its rule was lost, e.g. the runtime rewrote the
+		// cgroup's device program.
+		return outcome.Created, nil
+	}
+	return r, nil
+}
+
+// Detach unmounts and removes a filesystem volume's target, or removes a
+// block node and its cgroup rule.
+func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
+	t, err := table(s)
+	if err != nil {
+		return outcome.Unchanged, err
+	}
+	dir := hotplugDisks(launcher)
+	if o.Mode != kubevirt.Block {
+		return e.attacher.Detach(t, dir, o.Name)
+	}
+	r, dev, err := e.nodes.Remove(dir, o.Name)
+	if err != nil || r != outcome.Removed {
+		return outcome.Unchanged, err
+	}
+	return outcome.Removed, e.denyUnlessUsed(launcher, dev)
+}
+
+// denyUnlessUsed drops the launcher's rule for dev unless another of its
+// nodes still points at dev. A launcher whose cgroup is gone needs nothing.
+func (e *Engine) denyUnlessUsed(launcher types.UID, dev blockdev.Device) error {
+	nodes, err := e.nodes.Observe(hotplugDisks(launcher))
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.Device == dev {
+			return nil
+		}
+	}
+	err = e.rules.Deny(string(launcher), dev)
+	if errors.Is(err, blockdev.ErrPodCgroupNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Grow checks and grows a filesystem volume online; for a block volume it
+// reports the device size.
+func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (agent.GrowResult, error) {
+	t, err := table(s)
+	if err != nil {
+		return agent.GrowResult{}, err
+	}
+	dir := hotplugDisks(v.LauncherUID)
+	if v.Mode == kubevirt.Block {
+		return e.blockSize(dir, v.Name)
+	}
+	r, err := e.grower.Grow(t, dir, v.Name, mount.GrowOptions{
+		GrowFilesystem:     e.grow.Filesystems,
+		ExpandDiskImage:    e.grow.DiskImages,
+		CapacityBytes:      v.CapacityBytes,
+		FilesystemOverhead: v.FilesystemOverhead,
+	})
+	return agent.GrowResult{
+		DeviceBytes:      r.DeviceBytes,
+		FilesystemBefore: r.FilesystemBefore,
+		FilesystemAfter:  r.FilesystemAfter,
+		DiskImageBefore:  r.DiskImageBefore,
+		DiskImageAfter:   r.DiskImageAfter,
+		FilesystemType:   r.FSType,
+		Grown:            r.Grown,
+		ImageGrown:       r.ImageGrown,
+		SlackBytes:       mount.GrowSlackBytes,
+	}, err
+}
+
+func (e *Engine) blockSize(dir, name string) (agent.GrowResult, error) {
+	nodes, err := e.nodes.Observe(dir)
+	if err != nil {
+		return agent.GrowResult{}, err
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			size, err := mount.BlockDeviceSize(e.sysRoot, n.Device.Major, n.Device.Minor)
+			return agent.GrowResult{DeviceBytes: size, SlackBytes: mount.GrowSlackBytes}, err
+		}
+	}
+	return agent.GrowResult{}, fmt.Errorf("block node %q not found in %q", name, dir)
+}
+
+// Launchers lists the pod directories whose hotplug-disks holds an entry.
+func (e *Engine) Launchers(ctx context.Context, s agent.Snapshot) ([]types.UID, error) {
+	var uids []types.UID
+	err := e.ns.Do(func() error {
+		dirs, err := kubelet.LauncherDirs(e.root)
+		for _, d := range dirs {
+			if !d.Empty {
+				uids = append(uids, types.UID(d.UID))
+			}
+		}
+		return err
+	})
+	return uids, err
+}
