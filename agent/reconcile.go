@@ -59,7 +59,7 @@ func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI,
 	log := a.log.With("vmi", key)
 	launcher, refusal := kubevirt.FindLauncher(vmi, a.cfg.NodeName, a)
 	if refusal != nil {
-		a.emit(st, ref, log, event{Type: corev1.EventTypeWarning, Reason: EventHotplugRefused, Message: refusal.Message, Once: true, Refusal: refusal})
+		a.emit(st, ref, log, refusalEvent("", refusal))
 	}
 	stale := a.staleLaunchers(st, launcher)
 	if launcher != nil {

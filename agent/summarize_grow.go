@@ -65,8 +65,7 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 	}
 	switch {
 	case refusal != nil:
-		s.Events = append(s.Events, event{Volume: name, Type: corev1.EventTypeWarning, Reason: EventHotplugRefused,
-			Message: refusal.Message, Once: true, Refusal: refusal})
+		s.Events = append(s.Events, refusalEvent(name, refusal))
 		s.Volumes = append(s.Volumes, volumeState{name, mode, StateRefused})
 		return
 	case mounted:
@@ -80,6 +79,12 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 		s.Volumes = append(s.Volumes, volumeState{name, mode, StatePending})
 	}
 	s.Cleared = append(s.Cleared, onceKey(name, EventHotplugRefused))
+}
+
+// refusalEvent reports a refusal. Its message leads with the reason code,
+// the reason label under which hpmount_refusals_total counts it.
+func refusalEvent(volume string, r *kubevirt.Refusal) event {
+	return event{Volume: volume, Type: corev1.EventTypeWarning, Reason: EventHotplugRefused, Message: r.Error(), Once: true, Refusal: r}
 }
 
 func (s *summary) warn(volume, reason, msg string) {
