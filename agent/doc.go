@@ -8,7 +8,17 @@
 //
 // The agent owns the Kubernetes side only: it never builds kubelet paths,
 // never touches the mount table, device nodes or cgroups itself; all of that
-// is the Engine's (see engine.go).
+// is the Engine's (see engine.go; the real one is package node). Its import
+// graph says so: no mount, blockdev or node (test/deps). Which pods and
+// volumes belong to a VMI, and the refusal reasons, are package kubevirt's.
+//
+// One reconcile of one VMI reads as its phases, each in its own file:
+// desired (desired.go: the VMI's volumes judged by kubevirt, PVs resolved),
+// observed (Engine.Observe on one mount-table snapshot), plan (plan.go),
+// apply (apply.go: engine calls, recorded, never changing the intents),
+// summarize (summarize.go: a pure function from what was decided and done
+// to volume states, Events, metrics and status updates) and report
+// (report.go: sending them).
 //
 // Rules it enforces:
 //   - a volume is attached only from an attachment pod that is verified to

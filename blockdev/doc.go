@@ -1,6 +1,7 @@
 // Package blockdev owns block-mode hotplug volumes on the node: the
-// major:minor of the device the CSI driver published for the attachment pod,
-// mknod, verification and unlink of the device node in the launcher's
+// major:minor of the device the CSI driver published for the attachment pod
+// (found where kubelet.OpenPublishedDevice says, checked to be a block
+// device here), mknod, verification and unlink of the device node in the launcher's
 // hotplug-disks directory, the device's size, and the device-cgroup rules
 // that let the launcher's processes open the device (cgroup v1 devices
 // controller and cgroup v2 BPF_PROG_TYPE_CGROUP_DEVICE programs).
@@ -12,4 +13,7 @@
 // edited and removed, leaving the runtime's program body intact. The package
 // refuses to touch device programs it cannot reload unchanged (programs using
 // maps or calls), and it never follows symlinks while walking a cgroup tree.
+//
+// It refuses kubelet paths of its own (they are the kubelet package's) and
+// any decision about which volume belongs to which launcher (the agent's).
 package blockdev

@@ -5,9 +5,18 @@
 // Run(ctx, Options, Clients) lists the node's VMIs (label
 // kubevirt.io/nodeName), their launcher and attachment pods, and for each
 // hotpluggable volume looks at the node as the agent would, in the host
-// mount namespace (<host-proc>/<host-pid>/ns/mnt), beneath the kubelet root,
+// mount namespace (<host-proc>/<host-pid>/ns/mnt), beneath the kubelet root
+// resolved there (kubelet.ResolveRoot, as the agent's engine resolves it),
 // never following a symlink and never changing anything: no mount, mknod,
-// chown, cgroup write or API write. Render(w, report, format) prints it.
+// chown, cgroup write or API write; sizes come from the read-only
+// mount.Grower.Measure. Render(w, report, format) prints it.
+//
+// diag owns no rule of its own: which launcher and attachment pod belong to
+// a VMI, and which volumes are refused and why, come from the kubevirt
+// package, the same calls the agent makes, so diag's refused verdict and its
+// refusalReason match the agent's HotplugRefused Event and
+// hpmount_refusals_total{reason} (test/parity holds them together). It never
+// imports the agent.
 //
 // The mount table is read once per run, with `findmnt --json --list
 // --nofsroot` (FindmntArgs) or from <host-proc>/<host-pid>/mountinfo

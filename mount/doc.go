@@ -12,5 +12,10 @@
 // is replaced: it finds the filesystem under a launcher's bind by its
 // major:minor, without the attachment pod, and grows it online through an
 // agent-private mount of the same superblock when its device has grown. It
-// never shrinks, and it never truncates or deletes a disk.img.
+// never shrinks, and it never truncates or deletes a disk.img. Measure is
+// the same look without any change, for diag.
+//
+// It refuses kubelet paths of its own: where a volume is published and
+// where a launcher's hotplug-disks is are the kubelet package's answers,
+// handed in as directories relative to the kubelet root.
 package mount
