@@ -34,11 +34,15 @@ type Agent struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 
-	podFactory  informers.SharedInformerFactory
-	vmiFactory  dynamicinformer.DynamicSharedInformerFactory
-	podInformer cache.SharedIndexInformer
-	vmiInformer cache.SharedIndexInformer
-	queue       workqueue.TypedRateLimitingInterface[string]
+	podFactory    informers.SharedInformerFactory
+	claimFactory  informers.SharedInformerFactory
+	vmiFactory    dynamicinformer.DynamicSharedInformerFactory
+	podInformer   cache.SharedIndexInformer
+	vmiInformer   cache.SharedIndexInformer
+	claimInformer cache.SharedIndexInformer
+	queue         workqueue.TypedRateLimitingInterface[string]
+	// status writes volumeStatus off the reconcile path.
+	status *statusWriter
 
 	// synced is set once both informer caches synced; before that no
 	// absence from a cache means anything.
@@ -56,7 +60,6 @@ type vmiState struct {
 	// launchers are launcher pod UIDs this agent saw for the VMI and may
 	// have mounted into; one is dropped once it is cleaned.
 	launchers map[types.UID]bool
-	pvByClaim map[string]string
 	// capacity is the PVC capacity of the last growth check, per volume.
 	capacity map[string]int64
 	// warned holds the last Warning message per volume and reason, so a
@@ -67,7 +70,6 @@ type vmiState struct {
 func newVMIState() *vmiState {
 	return &vmiState{
 		launchers: map[types.UID]bool{},
-		pvByClaim: map[string]string{},
 		capacity:  map[string]int64{},
 		warned:    map[string]string{},
 	}
@@ -90,6 +92,7 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 		obs:    cfg.Observer,
 		states: map[string]*vmiState{},
 		resync: map[string]bool{},
+		status: newStatusWriter(),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -113,8 +116,13 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 // metrics servers, and blocks until ctx is done. It leaves every mount in
 // place on return.
 func (a *Agent) Run(ctx context.Context) error {
-	a.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.kube.CoreV1().Events("")})
+	events := a.cfg.EventClient
+	if events == nil {
+		events = a.kube
+	}
+	a.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer a.broadcaster.Shutdown()
+	defer a.status.queue.ShutDown()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -128,12 +136,14 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.podFactory.Start(ctx.Done())
 	a.vmiFactory.Start(ctx.Done())
+	a.claimFactory.Start(ctx.Done())
+	defer a.claimFactory.Shutdown()
 	defer a.vmiFactory.Shutdown()
 	defer a.podFactory.Shutdown()
 	defer cancel() // runs first: informers stop before Shutdown waits
 
 	a.log.Info("waiting for informer caches", "node", a.cfg.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced, a.claimInformer.HasSynced) {
 		a.queue.ShutDown()
 		select {
 		case err := <-srvErr:
@@ -151,6 +161,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Go(func() { a.worker(ctx) })
 	}
 	wg.Go(func() { a.resyncLoop(ctx) })
+	wg.Go(func() { a.statusWorker(ctx) })
 
 	var runErr error
 	select {
@@ -159,6 +170,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		cancel()
 	}
 	a.queue.ShutDown()
+	a.status.queue.ShutDown()
 	wg.Wait()
 	a.log.Info("agent stopped; mounts left in place")
 	return runErr

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // Config is what the agent is told through `hpmount agent`'s flags, plus the
@@ -14,9 +16,6 @@ import (
 // Where the node's pieces are (kubelet root, host procfs, cgroups) is the
 // engine's configuration, not the agent's.
 type Config struct {
-	// Kubeconfig is the kubeconfig path; empty means in-cluster. Only the
-	// command reads it; the agent gets ready-made clients.
-	Kubeconfig string
 	// NodeName is the node this agent serves.
 	NodeName string
 	// MetricsAddress is where MetricsHandler is served (at /metrics) when
@@ -43,6 +42,10 @@ type Config struct {
 	// ReadinessGate is checked by /readyz after the informers synced, e.g.
 	// the propagation check. nil means always ready.
 	ReadinessGate func(ctx context.Context) error
+	// EventClient, when set, sends the agent's Events; give it a client of
+	// its own so that a burst of Events never waits behind, or delays, the
+	// agent's other API calls. nil sends them with the agent's client.
+	EventClient kubernetes.Interface
 	// MetricsHandler, when set, is served at /metrics on MetricsAddress.
 	MetricsHandler http.Handler
 }

@@ -18,7 +18,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-const uidIndex = "uid"
+const (
+	uidIndex   = "uid"
+	claimIndex = "claim" // VMIs by namespace/claim of each hotplug volume
+)
 
 func indexByUID(obj any) ([]string, error) {
 	m, err := meta.Accessor(obj)
@@ -37,6 +40,40 @@ func DropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
+// TrimClaim is the claim informer's transform: the agent reads only a
+// claim's identity and spec.volumeName, and a node watches every claim of
+// the cluster, so everything else is dropped before it is cached.
+func TrimClaim(obj any) (any, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, ResourceVersion: pvc.ResourceVersion},
+		Spec:       corev1.PersistentVolumeClaimSpec{VolumeName: pvc.Spec.VolumeName},
+	}, nil
+}
+
+// indexByClaim keys a VMI by namespace/claim of each hotplug volume, so a
+// claim that becomes bound wakes the VMIs waiting for it.
+func indexByClaim(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	vmi, err := kubevirt.DecodeVMI(u)
+	if err != nil {
+		return nil, nil // reconcile reports it
+	}
+	var keys []string
+	for _, v := range vmi.Spec.Volumes {
+		if claim, ok := v.Hotpluggable(); ok {
+			keys = append(keys, vmi.Namespace+"/"+claim)
+		}
+	}
+	return keys, nil
+}
+
 func (a *Agent) setupInformers() error {
 	node := a.cfg.NodeName
 	a.podFactory = informers.NewSharedInformerFactoryWithOptions(a.kube, 0,
@@ -47,8 +84,16 @@ func (a *Agent) setupInformers() error {
 		func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.SelectorFromSet(labels.Set{kubevirt.LabelNodeName: node}).String()
 		})
+	a.claimFactory = informers.NewSharedInformerFactory(a.kube, 0)
 	a.podInformer = a.podFactory.Core().V1().Pods().Informer()
 	a.vmiInformer = a.vmiFactory.ForResource(kubevirt.VMIResource).Informer()
+	a.claimInformer = a.claimFactory.Core().V1().PersistentVolumeClaims().Informer()
+	if err := a.claimInformer.SetTransform(TrimClaim); err != nil {
+		return fmt.Errorf("set transform on claim informer: %w", err)
+	}
+	if err := a.vmiInformer.AddIndexers(cache.Indexers{claimIndex: indexByClaim}); err != nil {
+		return fmt.Errorf("add claim index to vmi informer: %w", err)
+	}
 	for name, inf := range map[string]cache.SharedIndexInformer{"pods": a.podInformer, "vmis": a.vmiInformer} {
 		if err := inf.SetTransform(DropManagedFields); err != nil {
 			return fmt.Errorf("set transform on %s informer: %w", name, err)
@@ -71,7 +116,45 @@ func (a *Agent) setupInformers() error {
 	}); err != nil {
 		return fmt.Errorf("add pod event handler: %w", err)
 	}
+	if _, err := a.claimInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    a.enqueueClaim,
+		UpdateFunc: func(_, obj any) { a.enqueueClaim(obj) },
+		DeleteFunc: a.enqueueClaim,
+	}); err != nil {
+		return fmt.Errorf("add claim event handler: %w", err)
+	}
 	return nil
+}
+
+// enqueueClaim wakes the VMIs of this node that use the claim.
+func (a *Agent) enqueueClaim(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	objs, err := a.vmiInformer.GetIndexer().ByIndex(claimIndex, key)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		a.enqueueObject(o)
+	}
+}
+
+// ClaimVolume returns the PV bound to namespace/claim from the claim cache.
+func (a *Agent) ClaimVolume(namespace, claim string) (string, error) {
+	obj, ok, err := a.claimInformer.GetIndexer().GetByKey(namespace + "/" + claim)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("read persistentvolumeclaim %s/%s from the cache: %w", namespace, claim, err)
+	case !ok:
+		return "", fmt.Errorf("persistentvolumeclaim %s/%s not found", namespace, claim)
+	}
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok || pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("persistentvolumeclaim %s/%s is not bound", namespace, claim)
+	}
+	return pvc.Spec.VolumeName, nil
 }
 
 func (a *Agent) enqueueObject(obj any) {

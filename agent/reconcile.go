@@ -10,15 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/hpmount/hpmount/kubevirt"
 )
-
-const apiTimeout = 10 * time.Second
 
 // reconcile brings one VMI's launcher in line with the VMI. Every engine
 // call of one reconcile shares one Snapshot: the reconcile is one batch,
@@ -85,7 +82,7 @@ func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI,
 // desired → observed → plan → apply → summarize → report.
 func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiState, vmi *kubevirt.VMI, u *unstructured.Unstructured, launcher *corev1.Pod, resync bool) error {
 	a.pruneState(st, vmi)
-	intents := buildIntents(ctx, vmi, launcher, a, a.resolvePV(st))
+	intents := buildIntents(ctx, vmi, launcher, a, a.resolvePV)
 	observed, err := a.engine.Observe(ctx, snap, launcher.UID)
 	if err != nil {
 		return fmt.Errorf("observe launcher %s/%s: %w", launcher.Namespace, launcher.Name, err)
@@ -110,10 +107,7 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 		a.queue.AddAfter(vmi.Namespace+"/"+vmi.Name, time.Second)
 	}
 	if a.cfg.ReportVolumeStatus && len(s.Status) > 0 {
-		if err := a.patchVolumeStatus(ctx, u, s.Status); err != nil {
-			log.Warn("cannot report volume status", "error", err.Error())
-			s.Errs = append(s.Errs, err)
-		}
+		a.status.add(vmi.Namespace+"/"+vmi.Name, s.Status)
 	}
 	return errors.Join(s.Errs...)
 }
@@ -197,43 +191,18 @@ func (a *Agent) snapshot(ctx context.Context) (Snapshot, error) {
 	return snap, nil
 }
 
-// resolvePV maps a claim to its PV through the API, cached per VMI: a
-// bound claim's volumeName never changes.
-func (a *Agent) resolvePV(st *vmiState) pvResolver {
-	return func(ctx context.Context, ns, claim string) (string, error) {
-		if pv, ok := st.pvByClaim[claim]; ok {
-			return pv, nil
-		}
-		if claim == "" {
-			return "", errors.New("volume names no claim")
-		}
-		ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-		defer cancel()
-		pvc, err := a.kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
-		if err != nil {
-			return "", fmt.Errorf("get persistentvolumeclaim %s/%s: %w", ns, claim, err)
-		}
-		if pvc.Spec.VolumeName == "" {
-			return "", fmt.Errorf("persistentvolumeclaim %s/%s is not bound", ns, claim)
-		}
-		st.pvByClaim[claim] = pvc.Spec.VolumeName
-		return pvc.Spec.VolumeName, nil
+// resolvePV maps a claim to its PV from the claim cache: no API call on the
+// reconcile path, and a claim deleted and created again under the same
+// name is seen as it is now.
+func (a *Agent) resolvePV(_ context.Context, ns, claim string) (string, error) {
+	if claim == "" {
+		return "", errors.New("volume names no claim")
 	}
+	return a.ClaimVolume(ns, claim)
 }
 
 // pruneState drops remembered data of volumes that left the VMI.
 func (a *Agent) pruneState(st *vmiState, vmi *kubevirt.VMI) {
-	claims := map[string]bool{}
-	for _, v := range vmi.Spec.Volumes {
-		if c, ok := v.Hotpluggable(); ok {
-			claims[c] = true
-		}
-	}
-	for c := range st.pvByClaim {
-		if !claims[c] {
-			delete(st.pvByClaim, c)
-		}
-	}
 	for name := range st.capacity {
 		if !vmi.Spec.HasVolume(name) {
 			delete(st.capacity, name)

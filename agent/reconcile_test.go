@@ -13,10 +13,6 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestBuildPlan(t *testing.T) {
@@ -230,21 +226,21 @@ func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
 		event  string
 	}{
 		{
-			name: "pvc get fails",
+			name: "claim not bound",
 			setup: func(t *testing.T, ta *testAgent) {
-				ta.kube.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewServiceUnavailable("etcd is slow")
-				})
+				if err := ta.claimInformer.GetIndexer().Update(pvc("c1", "")); err != nil {
+					t.Fatal(err)
+				}
 			},
 			vols:   []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}, {Name: "new", Claim: "c2", AttachUID: attachUID}},
 			errors: true,
 		},
 		{
-			name: "pvc not found",
+			name: "claim not found",
 			setup: func(t *testing.T, ta *testAgent) {
-				ta.kube.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c1")
-				})
+				if err := ta.claimInformer.GetIndexer().Delete(pvc("c1", "pv-1")); err != nil {
+					t.Fatal(err)
+				}
 			},
 			vols:   []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}},
 			errors: true,
@@ -369,5 +365,30 @@ func TestReconcileGrowReports(t *testing.T) {
 				t.Fatalf("calls = %v", got)
 			}
 		})
+	}
+}
+
+// TestClaimRecreatedUnderTheSameName follows the claim cache: a claim
+// deleted and created again, bound to another PV, is attached from the new
+// PV without an agent restart.
+func TestClaimRecreatedUnderTheSameName(t *testing.T) {
+	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
+	if err := ta.reconcile(context.Background(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach hp Filesystem attach-uid/pv-1"}) {
+		t.Fatalf("calls = %v", got)
+	}
+	if err := ta.claimInformer.GetIndexer().Update(pvc("c1", "pv-new")); err != nil {
+		t.Fatal(err)
+	}
+	ta.engine.reset()
+	ta.engine.setObserved(launcherUID) // the old volume's mount went with it
+	if err := ta.reconcile(context.Background(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach hp Filesystem attach-uid/pv-new"}) {
+		t.Fatalf("calls after the claim was recreated = %v", got)
 	}
 }

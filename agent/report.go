@@ -19,6 +19,9 @@ import (
 	"github.com/hpmount/hpmount/outcome"
 )
 
+// apiTimeout bounds one API call the agent makes itself.
+const apiTimeout = 10 * time.Second
+
 func vmiRef(ns, name string, uid types.UID, rv string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion:      kubevirt.VMIAPIVersion,

@@ -104,6 +104,13 @@ func TestReconcileReportsVolumeStatus(t *testing.T) {
 	if err := ta.reconcile(ctx, testKey); err != nil {
 		t.Fatal(err)
 	}
+	// The status goes out from its own queue, off the reconcile path.
+	if n := ta.status.queue.Len(); n != 1 {
+		t.Fatalf("%d status writes queued, want 1", n)
+	}
+	if err := ta.writeStatus(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
 	got, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Get(ctx, kt.VMIName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

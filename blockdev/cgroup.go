@@ -58,6 +58,7 @@ var (
 // /sys/fs/cgroup/devices.
 type V1 struct {
 	root string
+	pods podDirs
 }
 
 // NewV1 returns device rules for the cgroup v1 devices hierarchy at root.
@@ -134,6 +135,7 @@ func exists(path string) bool {
 // Root is the cgroup2 mount point (or a directory below it).
 type V2 struct {
 	root string
+	pods podDirs
 	// mu serialises read-modify-replace of device programs within this
 	// process; across processes the replace is guarded by BPF_F_REPLACE.
 	mu sync.Mutex

@@ -7,10 +7,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/metrics"
@@ -21,6 +17,7 @@ func newAgentCommand() *cobra.Command {
 	cfg := agent.DefaultConfig()
 	cfg.NodeName = os.Getenv("NODE_NAME")
 	nc := node.DefaultConfig()
+	api := defaultAPIFlags()
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the per-node hotplug agent",
@@ -28,11 +25,11 @@ func newAgentCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			nc.Grow.Filesystems = cfg.GrowFilesystems
-			return runAgent(cmd, cfg, nc)
+			return runAgent(cmd, cfg, nc, api)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	api.bind(f)
 	f.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "node this agent serves (default $NODE_NAME)")
 	nodeFlags(f, nodeLocation{&nc.Host, &nc.KubeletRoot, &nc.CgroupRoot, &nc.CgroupMode})
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "address of /metrics; empty disables")
@@ -47,22 +44,17 @@ func newAgentCommand() *cobra.Command {
 	return cmd
 }
 
-func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config) error {
-	if err := errors.Join(cfg.Validate(), nc.Validate()); err != nil {
+func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags) error {
+	if err := errors.Join(cfg.Validate(), nc.Validate(), api.validate()); err != nil {
 		return err
 	}
-	rc, err := restConfig(cfg.Kubeconfig)
+	kube, dyn, err := api.clients("hpmount/" + version)
 	if err != nil {
 		return err
 	}
-	rc.UserAgent = "hpmount/" + version
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+	// Events get a client, and so a rate limiter, of their own.
+	if cfg.EventClient, _, err = api.clients("hpmount/" + version); err != nil {
+		return err
 	}
 	engine, err := node.New(nc)
 	if err != nil {
@@ -78,19 +70,4 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config) error {
 		return err
 	}
 	return a.Run(cmd.Context())
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %q: %w", kubeconfig, err)
-	}
-	return rc, nil
 }

@@ -5,8 +5,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/hpmount/hpmount/diag"
 )
@@ -17,7 +15,8 @@ import (
 func newDiagCommand() *cobra.Command {
 	opts := diag.DefaultOptions()
 	opts.NodeName = os.Getenv("NODE_NAME")
-	var kubeconfig, output string
+	var output string
+	api := defaultAPIFlags()
 	cmd := &cobra.Command{
 		Use:   "diag [VMI...]",
 		Short: "Explain the hotplug volumes of the VMIs on this node (read-only)",
@@ -26,7 +25,7 @@ func newDiagCommand() *cobra.Command {
 			"Exit status: 0 all ok, 1 problems found, 2 could not run.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.VMIs = args
-			code := runDiag(cmd, opts, kubeconfig, output)
+			code := runDiag(cmd, opts, api, output)
 			if code != diag.ExitOK {
 				os.Exit(code)
 			}
@@ -34,7 +33,7 @@ func newDiagCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	api.bind(f)
 	f.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "namespace of the VMIs")
 	f.BoolVar(&opts.AllNamespaces, "all", false, "VMIs of all namespaces")
 	f.StringVarP(&output, "output", "o", diag.FormatTable, "output format: table, wide, json or yaml")
@@ -44,7 +43,7 @@ func newDiagCommand() *cobra.Command {
 	return cmd
 }
 
-func runDiag(cmd *cobra.Command, opts diag.Options, kubeconfig, output string) int {
+func runDiag(cmd *cobra.Command, opts diag.Options, api apiFlags, output string) int {
 	fail := func(err error) int {
 		fmt.Fprintln(cmd.ErrOrStderr(), "hpmount diag:", err)
 		return diag.ExitCannotRun
@@ -54,18 +53,12 @@ func runDiag(cmd *cobra.Command, opts diag.Options, kubeconfig, output string) i
 	default:
 		return fail(fmt.Errorf("output format %q: want table, wide, json or yaml", output))
 	}
-	rc, err := restConfig(kubeconfig)
-	if err != nil {
+	if err := api.validate(); err != nil {
 		return fail(err)
 	}
-	rc.UserAgent = "hpmount-diag/" + version
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, dyn, err := api.clients("hpmount-diag/" + version)
 	if err != nil {
-		return fail(fmt.Errorf("kubernetes client: %w", err))
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return fail(fmt.Errorf("dynamic client: %w", err))
+		return fail(err)
 	}
 	rep, err := diag.Run(cmd.Context(), opts, diag.Clients{Kube: kube, Dyn: dyn})
 	if err != nil {

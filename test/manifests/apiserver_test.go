@@ -156,6 +156,9 @@ func TestRBACMinimal(t *testing.T) {
 		{"list", "kubevirt.io", "virtualmachineinstances", "", true},
 		{"watch", "kubevirt.io", "virtualmachineinstances", "", true},
 		{"get", "", "persistentvolumeclaims", tenant, true},
+		{"list", "", "persistentvolumeclaims", "", true},
+		{"watch", "", "persistentvolumeclaims", "", true},
+		{"update", "", "persistentvolumeclaims", tenant, false},
 		{"create", "", "events", tenant, true},
 		// What it must not be able to do.
 		{"delete", "", "pods", tenant, false},

@@ -1,0 +1,72 @@
+package blockdev
+
+import (
+	"os"
+	"sync"
+)
+
+// maxCachedPods bounds podDirs; past it, entries whose directory is gone
+// are dropped.
+const maxCachedPods = 4096
+
+// podDirs remembers where each pod's cgroup directory is, so that the
+// search through the hierarchy (up to maxVisitedDirs directories) runs once
+// per pod, not on every rule check. A remembered directory is trusted only
+// while it still exists; the subtree below it is walked every time, since
+// containers come and go.
+type podDirs struct {
+	mu   sync.Mutex
+	dirs map[string]string // pod UID → pod cgroup directory
+}
+
+// find returns the cgroups of the pod, from the remembered directory when it
+// still exists.
+func (c *podDirs) find(root, podUID string) (*PodCgroups, error) {
+	if err := validatePodUID(podUID); err != nil {
+		return nil, err
+	}
+	if dir, ok := c.get(podUID); ok {
+		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
+			desc, err := walkSubtree(dir)
+			if err == nil {
+				return &PodCgroups{Root: root, PodUID: podUID, Pod: dir, Descendants: desc}, nil
+			}
+		}
+		c.forget(podUID)
+	}
+	cgs, err := FindPodCgroups(root, podUID)
+	if err != nil {
+		return nil, err
+	}
+	c.put(podUID, cgs.Pod)
+	return cgs, nil
+}
+
+func (c *podDirs) get(uid string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.dirs[uid]
+	return d, ok
+}
+
+func (c *podDirs) forget(uid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.dirs, uid)
+}
+
+func (c *podDirs) put(uid, dir string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirs == nil {
+		c.dirs = map[string]string{}
+	}
+	if len(c.dirs) >= maxCachedPods {
+		for u, d := range c.dirs {
+			if _, err := os.Lstat(d); err != nil {
+				delete(c.dirs, u)
+			}
+		}
+	}
+	c.dirs[uid] = dir
+}
