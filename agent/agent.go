@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,8 @@ type Agent struct {
 	queue         workqueue.TypedRateLimitingInterface[string]
 	// status writes volumeStatus off the reconcile path.
 	status *statusWriter
+	// snaps shares mount-table reads between reconciles.
+	snaps snapshots
 
 	// synced is set once both informer caches synced; before that no
 	// absence from a cache means anything.
@@ -50,7 +53,10 @@ type Agent struct {
 
 	mu     sync.Mutex
 	states map[string]*vmiState // by VMI key ns/name
-	resync map[string]bool      // keys due for a periodic pass
+	// arrived holds, per key, when the oldest VMI change not yet
+	// reconciled arrived: the start of the attach latency.
+	arrived map[string]time.Time
+	resync  map[string]bool // keys due for a periodic pass
 }
 
 // vmiState is what the agent remembers about one VMI key. Only the worker
@@ -65,6 +71,9 @@ type vmiState struct {
 	// warned holds the last Warning message per volume and reason, so a
 	// resync does not repeat an unchanged warning.
 	warned map[string]string
+	// wanted holds, per volume not yet usable, when the VMI change that
+	// made it desired arrived.
+	wanted map[string]time.Time
 }
 
 func newVMIState() *vmiState {
@@ -72,6 +81,7 @@ func newVMIState() *vmiState {
 		launchers: map[types.UID]bool{},
 		capacity:  map[string]int64{},
 		warned:    map[string]string{},
+		wanted:    map[string]time.Time{},
 	}
 }
 
@@ -84,15 +94,16 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 		return nil, errors.New("agent: kubernetes client, dynamic client and engine are required")
 	}
 	a := &Agent{
-		cfg:    cfg,
-		kube:   kube,
-		dyn:    dyn,
-		engine: engine,
-		log:    cfg.Logger,
-		obs:    cfg.Observer,
-		states: map[string]*vmiState{},
-		resync: map[string]bool{},
-		status: newStatusWriter(),
+		cfg:     cfg,
+		kube:    kube,
+		dyn:     dyn,
+		engine:  engine,
+		log:     cfg.Logger,
+		obs:     cfg.Observer,
+		states:  map[string]*vmiState{},
+		resync:  map[string]bool{},
+		arrived: map[string]time.Time{},
+		status:  newStatusWriter(),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -226,6 +237,30 @@ func (a *Agent) forget(key string) {
 	defer a.mu.Unlock()
 	delete(a.states, key)
 	delete(a.resync, key)
+	delete(a.arrived, key)
+}
+
+// noteArrival records when a change of key arrived, keeping the oldest one
+// not yet reconciled.
+func (a *Agent) noteArrival(key string, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.arrived[key]; !ok {
+		a.arrived[key] = t
+	}
+}
+
+// takeArrival returns and clears when the oldest unreconciled change of key
+// arrived; now when none is known.
+func (a *Agent) takeArrival(key string, now time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t, ok := a.arrived[key]
+	delete(a.arrived, key)
+	if !ok {
+		return now
+	}
+	return t
 }
 
 // takeResync reports and clears whether key is due for a periodic pass.

@@ -44,6 +44,10 @@ func (a *Agent) apply(ctx context.Context, snap Snapshot, launcher types.UID, pl
 		if r.Result == outcome.Error || r.Result == outcome.Refused || r.Result == outcome.NotPublished {
 			failed[o.Name] = true
 		}
+		if r.Result.Changed() || r.Result == outcome.Error {
+			// What the launcher holds is no longer what snap says.
+			a.snaps.touched(launcher)
+		}
 		out = append(out, r)
 	}
 	return out

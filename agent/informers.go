@@ -103,8 +103,8 @@ func (a *Agent) setupInformers() error {
 		}
 	}
 	if _, err := a.vmiInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    a.enqueueObject,
-		UpdateFunc: func(_, obj any) { a.enqueueObject(obj) },
+		AddFunc:    a.vmiChanged,
+		UpdateFunc: func(_, obj any) { a.vmiChanged(obj) },
 		DeleteFunc: a.enqueueObject,
 	}); err != nil {
 		return fmt.Errorf("add vmi event handler: %w", err)
@@ -164,6 +164,15 @@ func (a *Agent) enqueueObject(obj any) {
 		return
 	}
 	a.queue.Add(key)
+}
+
+// vmiChanged notes when a VMI change arrived, for the attach latency, and
+// enqueues the VMI.
+func (a *Agent) vmiChanged(obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		a.noteArrival(key, time.Now())
+	}
+	a.enqueueObject(obj)
 }
 
 func (a *Agent) enqueuePod(obj any) {

@@ -22,6 +22,9 @@ type Observer interface {
 	Expansion(result string)
 	// Refusal counts one refused volume or launcher by reason.
 	Refusal(reason string)
+	// AttachLatency is the time from the VMI change that made a volume
+	// desired to the volume being usable in its launcher.
+	AttachLatency(mode string, d time.Duration)
 	// ForgetVMI drops every series of a VMI that is gone from this node.
 	ForgetVMI(namespace, vmi string)
 }
@@ -55,4 +58,5 @@ func (NopObserver) VolumeState(string, string, string, string, string) {}
 func (NopObserver) VolumeSizes(string, string, string, GrowResult)     {}
 func (NopObserver) Expansion(string)                                   {}
 func (NopObserver) Refusal(string)                                     {}
+func (NopObserver) AttachLatency(string, time.Duration)                {}
 func (NopObserver) ForgetVMI(string, string)                           {}

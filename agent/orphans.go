@@ -21,12 +21,15 @@ func (a *Agent) sweepOrphans(ctx context.Context) error {
 	if !a.synced.Load() {
 		return errors.New("informer caches not synced")
 	}
-	snap, err := a.snapshot(ctx)
+	snap, err := a.snapshotFor(ctx)
 	if err != nil {
 		return err
 	}
 	launchers, err := a.engine.Launchers(ctx, snap)
 	if err != nil {
+		return err
+	}
+	if snap, err = a.snapshotFor(ctx, launchers...); err != nil {
 		return err
 	}
 	// Nothing is remembered of an orphan: it belongs to no known VMI, so

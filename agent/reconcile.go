@@ -45,12 +45,12 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 		a.log.Error("cannot decode vmi", "vmi", key, "error", err.Error())
 		return nil
 	}
-	return a.reconcileVMI(ctx, key, vmi, u, resync)
+	return a.reconcileVMI(ctx, key, vmi, u, resync, a.takeArrival(key, start))
 }
 
 // reconcileVMI cleans the VMI's launchers that are gone and reconciles the
 // one that runs here.
-func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI, u *unstructured.Unstructured, resync bool) error {
+func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI, u *unstructured.Unstructured, resync bool, arrived time.Time) error {
 	st := a.stateFor(key, vmi.UID)
 	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
 	log := a.log.With("vmi", key)
@@ -67,26 +67,31 @@ func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI,
 		a.reportPending(vmi)
 		return nil
 	}
-	snap, err := a.snapshot(ctx)
+	involved := stale
+	if launcher != nil {
+		involved = append(involved, launcher.UID)
+	}
+	snap, err := a.snapshotFor(ctx, involved...)
 	if err != nil {
 		return err
 	}
 	errs := a.cleanLaunchers(ctx, snap, st, ref, log, stale)
 	if launcher != nil {
-		errs = append(errs, a.reconcileLauncher(ctx, snap, st, vmi, u, launcher, resync))
+		errs = append(errs, a.reconcileLauncher(ctx, snap, st, vmi, launcher, resync, arrived))
 	}
 	return errors.Join(errs...)
 }
 
 // reconcileLauncher runs one pass for the VMI's verified launcher:
 // desired → observed → plan → apply → summarize → report.
-func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiState, vmi *kubevirt.VMI, u *unstructured.Unstructured, launcher *corev1.Pod, resync bool) error {
+func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiState, vmi *kubevirt.VMI, launcher *corev1.Pod, resync bool, arrived time.Time) error {
 	a.pruneState(st, vmi)
 	intents := buildIntents(ctx, vmi, launcher, a, a.resolvePV)
 	observed, err := a.engine.Observe(ctx, snap, launcher.UID)
 	if err != nil {
 		return fmt.Errorf("observe launcher %s/%s: %w", launcher.Namespace, launcher.Name, err)
 	}
+	noteWanted(st, intents, observed, arrived)
 	plan := buildPlan(planInput{
 		Spec: &vmi.Spec, Intents: intents, Observed: observed,
 		Resync: resync, GrowFilesystems: a.cfg.GrowFilesystems,
@@ -166,7 +171,7 @@ func (a *Agent) cleanupGone(ctx context.Context, key string) error {
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	log := a.log.With("vmi", key)
 	if len(st.launchers) > 0 {
-		snap, err := a.snapshot(ctx)
+		snap, err := a.snapshotFor(ctx, slices.Collect(maps.Keys(st.launchers))...)
 		if err != nil {
 			return err
 		}
@@ -179,16 +184,6 @@ func (a *Agent) cleanupGone(ctx context.Context, key string) error {
 	a.forget(key)
 	a.obs.ForgetVMI(ns, name)
 	return nil
-}
-
-func (a *Agent) snapshot(ctx context.Context) (Snapshot, error) {
-	t := time.Now()
-	snap, err := a.engine.Snapshot(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read host mount table: %w", err)
-	}
-	a.obs.SnapshotTaken(snap.Entries(), time.Since(t))
-	return snap, nil
 }
 
 // resolvePV maps a claim to its PV from the claim cache: no API call on the
@@ -206,6 +201,26 @@ func (a *Agent) pruneState(st *vmiState, vmi *kubevirt.VMI) {
 	for name := range st.capacity {
 		if !vmi.Spec.HasVolume(name) {
 			delete(st.capacity, name)
+		}
+	}
+	for name := range st.wanted {
+		if !vmi.Spec.HasVolume(name) {
+			delete(st.wanted, name)
+		}
+	}
+}
+
+// noteWanted starts the attach latency of every volume that is desired but
+// not usable yet, at the arrival of the VMI change being reconciled. A
+// volume already usable when first seen (adopted after a restart) has none.
+func noteWanted(st *vmiState, intents []volumeIntent, observed []ObservedVolume, arrived time.Time) {
+	for i := range intents {
+		it := &intents[i]
+		if _, ok := st.wanted[it.Name]; ok || it.Refused != nil {
+			continue
+		}
+		if !findObserved(observed, it.Name).Healthy(it.Desired.Mode) {
+			st.wanted[it.Name] = arrived
 		}
 	}
 }

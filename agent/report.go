@@ -56,10 +56,27 @@ func (a *Agent) report(ctx context.Context, st *vmiState, ref *corev1.ObjectRefe
 		}
 		for _, v := range s.Volumes {
 			a.obs.VolumeState(ref.Namespace, ref.Name, v.Name, v.Mode, v.State)
+			a.reportLatency(st, v)
 		}
 	}
 	for name, c := range s.Capacity {
 		st.capacity[name] = c
+	}
+}
+
+// reportLatency observes the attach latency of a volume that just became
+// usable, and forgets it for a volume that was refused or removed.
+func (a *Agent) reportLatency(st *vmiState, v volumeState) {
+	since, ok := st.wanted[v.Name]
+	if !ok {
+		return
+	}
+	switch v.State {
+	case StateMounted:
+		a.obs.AttachLatency(v.Mode, time.Since(since))
+		delete(st.wanted, v.Name)
+	case StateRefused, StateUnmounted:
+		delete(st.wanted, v.Name)
 	}
 }
 

@@ -33,7 +33,7 @@ var (
 	descOps = Description{
 		Name: "hpmount_mount_operations_total", Type: TypeCounter,
 		Labels: []string{"op", "result"},
-		Help:   "Engine calls made while reconciling, by operation (attach, detach, verify, grow) and result (the change made, e.g. unchanged or mounted, or not-published, or error); counted when the call returns.",
+		Help:   "Engine calls made while reconciling, by operation (detach, attach, verify, grow) and result (the change made: unchanged, mounted, created, replaced, removed, grown; or not-published, refused, error); counted when the call returns.",
 	}
 	descOpDuration = Description{
 		Name: "hpmount_mount_operation_duration_seconds", Type: TypeHistogram,
@@ -72,6 +72,11 @@ var (
 		Labels: []string{"result"},
 		Help:   "Online filesystem growth checks by outcome (grown, unchanged, failed, shrink-ignored when the claim asks for less than the current size); counted when a check finishes.",
 	}
+	descAttachLatency = Description{
+		Name: "hpmount_attach_latency_seconds", Type: TypeHistogram,
+		Labels: []string{"mode"},
+		Help:   "Time from the VMI change that made a hotplug volume desired (its arrival at the agent) to the volume being usable in the launcher, by volume mode; includes waiting for the attachment pod and the kubelet's publish.",
+	}
 	descRefusals = Description{
 		Name: "hpmount_refusals_total", Type: TypeCounter,
 		Labels: []string{"reason"},
@@ -93,6 +98,7 @@ var descriptions = []Description{
 	descDiskImageSize,
 	descExpansions,
 	descRefusals,
+	descAttachLatency,
 }
 
 // Descriptions returns every hpmount_ metric family, in README order. The

@@ -33,6 +33,7 @@
 //	hpmount_volume_disk_image_size_bytes{namespace,vmi,volume}    gauge      size of the volume's disk.img at the last growth check
 //	hpmount_filesystem_expansions_total{result}                   counter    growth checks by outcome (grown, unchanged, failed, shrink-ignored)
 //	hpmount_refusals_total{reason}                                counter    volumes or launchers refused as unsafe or not belonging to their VMI, by reason
+//	hpmount_attach_latency_seconds{mode}                          histogram  from the VMI change that made a volume desired to the volume usable in the launcher, 50ms..10min buckets
 //
 // When a VMI leaves the node every series labelled with it is deleted, and
 // its volumes stop counting in hpmount_volumes. When a volume is reported
@@ -45,4 +46,5 @@
 //	hpmount_volumes{state=~"failed|refused"} > 0            # alert: something cannot be mounted
 //	histogram_quantile(0.99, sum by (le, op) (rate(hpmount_mount_operation_duration_seconds_bucket[5m])))
 //	increase(hpmount_filesystem_expansions_total{result="failed"}[1h]) > 0
+//	histogram_quantile(0.99, sum by (le, mode) (rate(hpmount_attach_latency_seconds_bucket[15m])))
 package metrics

@@ -29,6 +29,11 @@ var DurationBuckets = []float64{
 	10,
 }
 
+// LatencyBuckets are the buckets of hpmount_attach_latency_seconds: 50ms
+// to 10 minutes. An attach waits for virt-controller's attachment pod and
+// the kubelet's publish, so seconds are normal and minutes a fault.
+var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
 // Volume mode label values. Anything the agent reports that is not a known
 // PVC volume mode is folded into ModeUnknown so the label stays bounded.
 const (
@@ -59,6 +64,7 @@ type Metrics struct {
 	diskImageSize     *prometheus.GaugeVec
 	expansions        *prometheus.CounterVec
 	refusals          *prometheus.CounterVec
+	attachLatency     *prometheus.HistogramVec
 
 	mu sync.Mutex
 	// vmis holds the last state reported for each volume of each VMI,
@@ -92,8 +98,10 @@ func New(version, commit string) *Metrics {
 		diskImageSize:     gaugeVec(descDiskImageSize),
 		expansions:        counterVec(descExpansions),
 		refusals:          counterVec(descRefusals),
-		vmis:              make(map[vmiKey]map[string]modeState),
-		volumeGauges:      make(map[modeState]prometheus.Gauge),
+		attachLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachLatency.Name, Help: descAttachLatency.Help,
+			Buckets: LatencyBuckets}, descAttachLatency.Labels),
+		vmis:         make(map[vmiKey]map[string]modeState),
+		volumeGauges: make(map[modeState]prometheus.Gauge),
 	}
 	buildInfo := gaugeVec(descBuildInfo)
 	buildInfo.WithLabelValues(version, commit, runtime.Version()).Set(1)
@@ -119,6 +127,9 @@ func New(version, commit string) *Metrics {
 	for _, r := range kubevirt.RefusalReasons {
 		m.refusals.WithLabelValues(r)
 	}
+	for _, mode := range []string{ModeFilesystem, ModeBlock} {
+		m.attachLatency.WithLabelValues(mode)
+	}
 
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -135,6 +146,7 @@ func New(version, commit string) *Metrics {
 		m.diskImageSize,
 		m.expansions,
 		m.refusals,
+		m.attachLatency,
 	)
 	return m
 }
@@ -229,6 +241,11 @@ func (m *Metrics) VolumeSizes(namespace, vmi, volume string, r agent.GrowResult)
 // Expansion counts one growth check by outcome.
 func (m *Metrics) Expansion(result string) {
 	m.expansions.WithLabelValues(result).Inc()
+}
+
+// AttachLatency observes how long a volume took from desired to usable.
+func (m *Metrics) AttachLatency(mode string, d time.Duration) {
+	m.attachLatency.WithLabelValues(normalizeMode(mode)).Observe(d.Seconds())
 }
 
 // Refusal counts one refusal by reason.

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+)
+
+type latencies struct {
+	NopObserver
+	mu  sync.Mutex
+	got []time.Duration
+}
+
+func (l *latencies) AttachLatency(_ string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, d)
+}
+
+// TestAttachLatency measures from the arrival of the VMI change that made
+// the volume desired, across the passes that wait for its publish, to the
+// pass that makes it usable; an adopted volume has none.
+func TestAttachLatency(t *testing.T) {
+	obs := &latencies{}
+	ta := standardAgent(t, func(c *Config) { c.Observer, c.GrowFilesystems = obs, false })
+	ctx := context.Background()
+	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
+	ta.setVMI(t, u)
+	ta.noteArrival(testKey, time.Now().Add(-3*time.Second))
+	ta.engine.attachErr["hp"] = fmt.Errorf("publish dir: %w", kubelet.ErrNotPublished)
+	if err := ta.reconcile(ctx, testKey); err == nil {
+		t.Fatal("a volume not yet published reconciled without error")
+	}
+	if len(obs.got) != 0 {
+		t.Fatalf("latency observed before the volume was usable: %v", obs.got)
+	}
+	delete(ta.engine.attachErr, "hp")
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if len(obs.got) != 1 || obs.got[0] < 3*time.Second {
+		t.Fatalf("latencies = %v, want one of at least 3s", obs.got)
+	}
+	if err := ta.reconcile(ctx, testKey); err != nil || len(obs.got) != 1 {
+		t.Fatalf("a usable volume was measured again: %v, %v", obs.got, err)
+	}
+
+	adopted := &latencies{}
+	tb := standardAgent(t, func(c *Config) { c.Observer, c.GrowFilesystems = adopted, false })
+	tb.engine.setObserved(launcherUID, healthyObserved("hp", kubevirt.Filesystem))
+	tb.setVMI(t, u)
+	if err := tb.reconcile(ctx, testKey); err != nil || len(adopted.got) != 0 {
+		t.Fatalf("adopted volume measured: %v, %v", adopted.got, err)
+	}
+}
