@@ -6,7 +6,6 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,12 +23,15 @@ type apiView struct {
 	all []*kubevirt.VMI
 	// pods are the node's pods by UID, from the namespaces listed.
 	pods map[types.UID]*corev1.Pod
-	c    Clients
+	// claims are the PV names of the claims listed, by namespace/name; ""
+	// for a claim that is not bound.
+	claims map[string]string
+	c      Clients
 }
 
 // collect lists the VMIs of the node and the pods they refer to.
 func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (*apiView, error) {
-	cl := &apiView{pods: map[types.UID]*corev1.Pod{}, c: c}
+	cl := &apiView{pods: map[types.UID]*corev1.Pod{}, claims: map[string]string{}, c: c}
 	ns := opts.Namespace
 	if opts.AllNamespaces {
 		ns = metav1.NamespaceAll
@@ -57,7 +59,24 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 		// Orphans in other namespaces' launchers are named when allowed.
 		_ = cl.listPods(ctx, opts.NodeName, metav1.NamespaceAll)
 	}
+	// One list, not a GET per volume: on a node with a thousand volumes
+	// the client's rate limit, not the API server, would set the pace.
+	if err := cl.listClaims(ctx, ns); err != nil {
+		return nil, cannotRun("list PersistentVolumeClaims", err)
+	}
 	return cl, nil
+}
+
+func (cl *apiView) listClaims(ctx context.Context, ns string) error {
+	list, err := cl.c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return err
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		cl.claims[p.Namespace+"/"+p.Name] = p.Spec.VolumeName
+	}
+	return nil
 }
 
 func listVMIs(ctx context.Context, c Clients, ns, node string) ([]*kubevirt.VMI, error) {
@@ -125,16 +144,13 @@ func (cl *apiView) listPods(ctx context.Context, node, ns string) error {
 }
 
 // pvName returns the PV bound to claim.
-func (cl *apiView) pvName(ctx context.Context, ns, claim string) (string, error) {
-	pvc, err := cl.c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+func (cl *apiView) pvName(_ context.Context, ns, claim string) (string, error) {
+	pv, ok := cl.claims[ns+"/"+claim]
+	switch {
+	case !ok:
 		return "", fmt.Errorf("claim %s/%s not found", ns, claim)
-	}
-	if err != nil {
-		return "", fmt.Errorf("get claim %s/%s: %w", ns, claim, err)
-	}
-	if pvc.Spec.VolumeName == "" {
+	case pv == "":
 		return "", fmt.Errorf("claim %s/%s is not bound", ns, claim)
 	}
-	return pvc.Spec.VolumeName, nil
+	return pv, nil
 }
