@@ -19,7 +19,7 @@ func OpenBeneath(root *os.File, rel string, how How) (*os.File, error) {
 }
 
 // FollowLinkBeneath is only supported on Linux.
-func FollowLinkBeneath(root *os.File, rootPath, rel string, how How) (*os.File, error) {
+func FollowLinkBeneath(root *os.File, rootPaths []string, rel string, how How) (*os.File, error) {
 	return nil, fmt.Errorf("follow %q: %w", rel, errors.ErrUnsupported)
 }
 

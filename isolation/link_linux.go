@@ -13,9 +13,11 @@ import (
 // FollowLinkBeneath reads the symlink at rel beneath root, which must be a
 // link the kubelet made (such as pods/<uid>/volumeDevices/<plugin>/<pv>), and
 // opens its target with how, provided the target is an absolute path inside
-// rootPath, the host path of root. The target is then resolved like any other
-// path beneath root: no further symlink is followed.
-func FollowLinkBeneath(root *os.File, rootPath, rel string, how How) (*os.File, error) {
+// one of rootPaths, the spellings of root's host path (the kubelet writes
+// its links with the root as configured, which may be a symlink to where
+// the root really is). The target is then resolved like any other path
+// beneath root: no further symlink is followed.
+func FollowLinkBeneath(root *os.File, rootPaths []string, rel string, how How) (*os.File, error) {
 	dir, name := path.Split(rel)
 	parent := root
 	if dir != "" {
@@ -33,11 +35,16 @@ func FollowLinkBeneath(root *os.File, rootPath, rel string, how How) (*os.File, 
 	if err != nil {
 		return nil, fmt.Errorf("read link %q beneath %q: %w", rel, root.Name(), err)
 	}
-	inside, err := relativeInside(rootPath, target)
-	if err != nil {
-		return nil, fmt.Errorf("link %q beneath %q: %w", rel, root.Name(), err)
+	var inside string
+	for _, rp := range rootPaths {
+		if inside, err = relativeInside(rp, target); err == nil {
+			return OpenBeneath(root, inside, how)
+		}
 	}
-	return OpenBeneath(root, inside, how)
+	if err == nil {
+		err = fmt.Errorf("%w: no root path to resolve %q against", ErrUnsafePath, target)
+	}
+	return nil, fmt.Errorf("link %q beneath %q: %w", rel, root.Name(), err)
 }
 
 // relativeInside returns target relative to root when target is an absolute,

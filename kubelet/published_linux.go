@@ -107,7 +107,7 @@ func OpenPublishedDevice(r Root, podUID, pvName string) (*os.File, error) {
 	}
 	sort.Strings(plugins)
 	for _, plugin := range plugins {
-		f, err := openPublished(root, r.Path, path.Join(dir, plugin, pvName))
+		f, err := openPublished(root, r, path.Join(dir, plugin, pvName))
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
@@ -116,9 +116,16 @@ func OpenPublishedDevice(r Root, podUID, pvName string) (*os.File, error) {
 	return nil, notPublished
 }
 
-func openPublished(root *os.File, rootPath, rel string) (*os.File, error) {
+// openPublished follows the kubelet's link at rel. The kubelet spells its
+// target with the root as configured; with a symlinked root that differs
+// from the resolved Path, and both spellings name the same tree.
+func openPublished(root *os.File, r Root, rel string) (*os.File, error) {
 	how := isolation.How{Flags: unix.O_PATH}
-	f, err := isolation.FollowLinkBeneath(root, rootPath, rel, how)
+	spellings := []string{r.Path}
+	if r.Configured != "" && r.Configured != r.Path {
+		spellings = append(spellings, r.Configured)
+	}
+	f, err := isolation.FollowLinkBeneath(root, spellings, rel, how)
 	if errors.Is(err, unix.EINVAL) {
 		// Not a link: some plugins put the node itself here.
 		return isolation.OpenBeneath(root, rel, how)

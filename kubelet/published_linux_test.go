@@ -64,3 +64,49 @@ func mustOK(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestOpenPublishedDeviceUnderALinkedRoot: the kubelet writes the
+// volumeDevices link with the root as configured (/var/lib/kubelet), which
+// is a link to where the root really is (/data/kubelet). Both spellings are
+// inside the root; anything else is still refused.
+func TestOpenPublishedDeviceUnderALinkedRoot(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	mustOK(t, err)
+	real := filepath.Join(dir, "data", "kubelet")
+	configured := filepath.Join(dir, "var-lib-kubelet")
+	mustOK(t, os.MkdirAll(real, 0o755))
+	mustOK(t, os.Symlink(real, configured))
+	r, err := ResolveRoot(nil, configured)
+	mustOK(t, err)
+
+	publish := CSIPublishFile("pv-1", "pod-a")
+	mustOK(t, os.MkdirAll(filepath.Join(real, filepath.Dir(publish)), 0o755))
+	mustOK(t, os.WriteFile(filepath.Join(real, publish), nil, 0o644))
+	mustOK(t, os.WriteFile(filepath.Join(dir, "host-disk"), nil, 0o644))
+	devices := filepath.Join(real, VolumeDevicesDir("pod-a"), "kubernetes.io~csi")
+	mustOK(t, os.MkdirAll(devices, 0o755))
+	for name, target := range map[string]string{
+		"pv-1":       filepath.Join(configured, publish), // as the kubelet writes it
+		"pv-2":       filepath.Join(real, publish),       // resolved spelling
+		"pv-outside": filepath.Join(dir, "host-disk"),
+	} {
+		mustOK(t, os.Symlink(target, filepath.Join(devices, name)))
+	}
+	for pv, ok := range map[string]bool{"pv-1": true, "pv-2": true, "pv-outside": false} {
+		f, err := OpenPublishedDevice(r, "pod-a", pv)
+		if ok {
+			if err != nil {
+				t.Errorf("%s: %v", pv, err)
+				continue
+			}
+			f.Close()
+			continue
+		}
+		if !errors.Is(err, isolation.ErrUnsafePath) {
+			t.Errorf("%s: err = %v, want an unsafe-path refusal", pv, err)
+		}
+		if f != nil {
+			f.Close()
+		}
+	}
+}
