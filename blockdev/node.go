@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
 )
 
 // Published is the device the kubelet published for a pod's block volume.
@@ -18,9 +19,11 @@ type Node struct {
 }
 
 // Nodes manages block device nodes in launchers' hotplug-disks directories.
-// Every syscall runs in NS, beneath KubeletRoot, on file descriptors.
+// Every syscall runs in NS, beneath Root, on file descriptors.
 type Nodes struct {
-	NS          *isolation.MountNamespace
-	KubeletRoot string
-	UID, GID    int
+	NS *isolation.MountNamespace
+	// Root is the kubelet root as resolved in NS; its configured spelling
+	// is what the kubelet's volumeDevices links name.
+	Root     kubelet.Root
+	UID, GID int
 }

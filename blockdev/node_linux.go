@@ -20,7 +20,7 @@ import (
 func (n *Nodes) PublishedDevice(podUID, pvName string) (Published, error) {
 	var p Published
 	err := n.NS.Do(func() error {
-		f, err := kubelet.OpenPublishedDevice(kubelet.Root{Path: n.KubeletRoot}, podUID, pvName)
+		f, err := kubelet.OpenPublishedDevice(n.Root, podUID, pvName)
 		if err != nil {
 			return err
 		}
@@ -185,7 +185,7 @@ func (n *Nodes) Observe(targetDir string) ([]Node, error) {
 }
 
 func (n *Nodes) openDir(rel string) (*os.File, error) {
-	root, err := kubelet.Root{Path: n.KubeletRoot}.Open()
+	root, err := n.Root.Open()
 	if err != nil {
 		return nil, err
 	}

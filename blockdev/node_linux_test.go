@@ -48,7 +48,7 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(ns.Close)
-	f.nodes = &Nodes{NS: ns, KubeletRoot: root, UID: 107, GID: 107}
+	f.nodes = &Nodes{NS: ns, Root: kubelet.Root{Path: root, Configured: root}, UID: 107, GID: 107}
 	return f
 }
 

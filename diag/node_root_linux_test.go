@@ -147,7 +147,7 @@ func (e *env) hostNS() *isolation.MountNamespace {
 func (e *env) mknod(m *vm, vol string, d *simnode.Disk, allow bool) {
 	e.t.Helper()
 	ns := e.hostNS()
-	nodes := &blockdev.Nodes{NS: ns, KubeletRoot: e.node.KubeletRoot, UID: 107, GID: 107}
+	nodes := &blockdev.Nodes{NS: ns, Root: kubelet.Root{Path: e.node.KubeletRoot}, UID: 107, GID: 107}
 	maj, min, err := d.Rdev()
 	e.must(err)
 	dev := blockdev.Device{Major: maj, Minor: min}

@@ -84,7 +84,7 @@ func newInspector(opts *Options, root kubelet.Root, table *mount.Table, ns *isol
 	in := &inspector{
 		opts: opts, root: root, table: table, ns: ns,
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot()},
-		nodes:    &blockdev.Nodes{NS: ns, KubeletRoot: root.Path},
+		nodes:    &blockdev.Nodes{NS: ns, Root: root},
 		grower:   &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()},
 	}
 	in.rules, in.rulesErr = blockdev.NewDeviceRules(opts.CgroupMode, opts.CgroupRoot)

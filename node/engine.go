@@ -57,7 +57,7 @@ func New(c Config) (*Engine, error) {
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
-		nodes: &blockdev.Nodes{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID},
+		nodes: &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID},
 	}, nil
 }
 
