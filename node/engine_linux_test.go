@@ -1,0 +1,126 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/internal/testutil"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
+)
+
+func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
+
+const (
+	launcherUID = types.UID("11111111-launcher")
+	attachUID   = types.UID("22222222-attach")
+)
+
+// linkedRoot is a node whose kubelet root is configured as a symlink
+// (/var/lib/kubelet -> /data/kubelet), with one filesystem and one block
+// volume published for the attachment pod the way the kubelet spells them.
+type linkedRoot struct {
+	real, configured string
+	cgroupRoot       string
+}
+
+func newLinkedRoot(t *testing.T) *linkedRoot {
+	testutil.RequiresRoot(t)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	n := &linkedRoot{real: filepath.Join(dir, "data", "kubelet"), configured: filepath.Join(dir, "var-lib-kubelet")}
+	must(t, os.MkdirAll(filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID))), 0o755))
+	must(t, os.Symlink(n.real, n.configured))
+
+	mnt := filepath.Join(n.real, kubelet.VolumesDir(string(attachUID)), "kubernetes.io~csi", "pv-fs", "mount")
+	testutil.NewFilesystem(t, "ext4", 32<<20, mnt)
+	must(t, os.WriteFile(filepath.Join(mnt, "disk.img"), make([]byte, 1<<20), 0o644))
+
+	loop := testutil.NewLoop(t, 16<<20)
+	pub := filepath.Join(n.real, kubelet.CSIPublishFile("pv-blk", string(attachUID)))
+	must(t, os.MkdirAll(filepath.Dir(pub), 0o750))
+	must(t, os.WriteFile(pub, nil, 0o600))
+	must(t, unix.Mount(loop.Device, pub, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(pub, unix.MNT_DETACH) })
+	devices := filepath.Join(n.real, kubelet.VolumeDevicesDir(string(attachUID)), "kubernetes.io~csi")
+	must(t, os.MkdirAll(devices, 0o750))
+	// The kubelet writes the link with the root as configured.
+	must(t, os.Symlink(filepath.Join(n.configured, kubelet.CSIPublishFile("pv-blk", string(attachUID))), filepath.Join(devices, "pv-blk")))
+
+	n.cgroupRoot = filepath.Join("/sys/fs/cgroup/devices", fmt.Sprintf("hpmount-node-test-%d", os.Getpid()))
+	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
+	must(t, os.MkdirAll(pod, 0o755))
+	t.Cleanup(func() {
+		for _, d := range []string{pod, filepath.Dir(pod), n.cgroupRoot} {
+			_ = unix.Rmdir(d)
+		}
+	})
+	return n
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEngineUnderALinkedKubeletRoot attaches, observes and detaches a
+// filesystem and a block volume through the real engine when the kubelet
+// root is a symlink: no false unsafe-content refusal for either.
+func TestEngineUnderALinkedKubeletRoot(t *testing.T) {
+	n := newLinkedRoot(t)
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
+	must(t, err)
+	defer e.Close()
+	if got := e.KubeletRoot(); got.Path != n.real || got.Configured != n.configured {
+		t.Fatalf("kubelet root = %+v, want %q resolved from %q", got, n.real, n.configured)
+	}
+	ctx := context.Background()
+	vols := []agent.DesiredVolume{
+		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
+		{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}},
+	}
+	for pass, want := range []map[string]outcome.Result{
+		{"fs": outcome.Mounted, "blk": outcome.Created},
+		{"fs": outcome.Unchanged, "blk": outcome.Unchanged},
+	} {
+		snap, err := e.Snapshot(ctx)
+		must(t, err)
+		for _, v := range vols {
+			if got, err := e.Attach(ctx, snap, v); err != nil || got != want[v.Name] {
+				t.Fatalf("pass %d: attach %s = %s, %v; want %s", pass+1, v.Name, got, err, want[v.Name])
+			}
+		}
+	}
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	observed, err := e.Observe(ctx, snap, launcherUID)
+	must(t, err)
+	if len(observed) != 2 {
+		t.Fatalf("observed %+v, want the bind and the node", observed)
+	}
+	for _, o := range observed {
+		if !o.Healthy(o.Mode) {
+			t.Errorf("observed %+v is not healthy", o)
+		}
+		if got, err := e.Detach(ctx, snap, launcherUID, o); err != nil || got != outcome.Removed {
+			t.Errorf("detach %s = %s, %v; want removed", o.Name, got, err)
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID))))
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("hotplug-disks after detach: %v, %v; want empty", entries, err)
+	}
+}
