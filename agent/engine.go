@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -72,6 +73,11 @@ type GrowResult struct {
 	SlackBytes int64
 }
 
+// ErrBusy is wrapped by Grow when another resizer holds the filesystem
+// (CSI NodeExpandVolume racing for it: EBUSY, EAGAIN). It is retried soon
+// and never reported as a failed expansion.
+var ErrBusy = errors.New("the filesystem is busy with another resize")
+
 // Snapshot is one read of the host mount table, shared by every call of a
 // batch so that a batch costs one mountinfo scan.
 type Snapshot interface {
@@ -97,7 +103,10 @@ type Engine interface {
 	// Detach removes an observed entry; outcome.Unchanged or Removed.
 	Detach(ctx context.Context, s Snapshot, launcher types.UID, o ObservedVolume) (outcome.Result, error)
 	// Grow checks a mounted filesystem-mode volume for a grown device and
-	// grows its filesystem (and, if enabled, its disk.img) online.
+	// grows its filesystem (and, if enabled, its disk.img) online. While
+	// the attachment pod still publishes the volume, growing the
+	// filesystem is CSI NodeExpandVolume's job and Grow only measures; a
+	// resize that loses a race to it wraps ErrBusy.
 	Grow(ctx context.Context, s Snapshot, v DesiredVolume) (GrowResult, error)
 	// Launchers lists the pods whose hotplug-disks directory holds
 	// anything, so that what a deleted launcher left is found even after

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,12 @@ import (
 // in a loop helps nobody.
 func (s *summary) grown(in summaryInput, r applied) {
 	v := r.Op.Intent.Desired
+	if errors.Is(r.Err, ErrBusy) {
+		// Lost a race with NodeExpandVolume: no capacity is recorded,
+		// so the next pass checks again; nothing failed.
+		s.Errs = append(s.Errs, fmt.Errorf("grow volume %q: %w", v.Name, r.Err))
+		return
+	}
 	s.Capacity[v.Name] = v.CapacityBytes
 	if r.Result == outcome.Error {
 		s.Expansions = append(s.Expansions, ExpansionFailed)

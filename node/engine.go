@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/agent"
@@ -242,7 +243,7 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 		return e.blockSize(dir, v.Name)
 	}
 	r, err := e.grower.Grow(t, dir, v.Name, mount.GrowOptions{
-		GrowFilesystem:     e.grow.Filesystems,
+		GrowFilesystem:     e.grow.Filesystems && !e.published(v),
 		ExpandDiskImage:    e.grow.DiskImages,
 		CapacityBytes:      v.CapacityBytes,
 		FilesystemOverhead: v.FilesystemOverhead,
@@ -257,7 +258,29 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 		Grown:            r.Grown,
 		ImageGrown:       r.ImageGrown,
 		SlackBytes:       mount.GrowSlackBytes,
-	}, err
+	}, busy(err)
+}
+
+// published reports whether the attachment pod still publishes the
+// volume: then the kubelet's NodeExpandVolume grows its filesystem, and a
+// second resizer would only race it.
+func (e *Engine) published(v agent.DesiredVolume) bool {
+	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
+		return false
+	}
+	err := e.ns.Do(func() error {
+		_, err := kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
+		return err
+	})
+	return err == nil
+}
+
+// busy marks a resize that lost a race with another resizer.
+func busy(err error) error {
+	if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EAGAIN) {
+		return fmt.Errorf("%w: %w", agent.ErrBusy, err)
+	}
+	return err
 }
 
 func (e *Engine) blockSize(dir, name string) (agent.GrowResult, error) {

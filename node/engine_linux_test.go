@@ -124,3 +124,58 @@ func TestEngineUnderALinkedKubeletRoot(t *testing.T) {
 		t.Fatalf("hotplug-disks after detach: %v, %v; want empty", entries, err)
 	}
 }
+
+// TestGrowLeavesAPublishedVolumeToTheKubelet: while the attachment pod
+// still publishes a volume, CSI NodeExpandVolume grows its filesystem and a
+// second resizer would only race it (ext4 EBUSY, xfs EAGAIN, a false
+// FilesystemExpansionFailed). Once the volume is no longer published, which
+// is when no NodeExpandVolume will ever run for it again, the engine grows
+// it.
+func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
+	testutil.RequiresRoot(t)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	root := filepath.Join(dir, "kubelet")
+	must(t, os.MkdirAll(filepath.Join(root, kubelet.HotplugDisksDir(string(launcherUID))), 0o755))
+	// Growth makes its private directory a mount of its own.
+	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(dir, "grow"), unix.MNT_DETACH) })
+	mnt := filepath.Join(root, kubelet.VolumesDir(string(attachUID)), "kubernetes.io~csi", "pv-fs", "mount")
+	loop := testutil.NewFilesystem(t, "xfs", testutil.MinXFSSize, mnt)
+	must(t, os.WriteFile(filepath.Join(mnt, "disk.img"), make([]byte, 1<<20), 0o644))
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: root,
+		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev",
+		PrivateDir: filepath.Join(dir, "grow"), UID: 107, GID: 107, Grow: GrowPolicy{Filesystems: true}})
+	must(t, err)
+	defer e.Close()
+	ctx := context.Background()
+	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	if _, err := e.Attach(ctx, snap, v); err != nil {
+		t.Fatal(err)
+	}
+	loop.Grow(t, testutil.MinXFSSize+200<<20)
+
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	r, err := e.Grow(ctx, snap, v)
+	if err != nil || r.Grown || r.FilesystemAfter != r.FilesystemBefore {
+		t.Fatalf("grow while published = %+v, %v; want a measurement only", r, err)
+	}
+	// The attachment pod was replaced: the kubelet unpublished the volume;
+	// the launcher's bind keeps the filesystem.
+	must(t, unix.Unmount(mnt, unix.MNT_DETACH))
+	must(t, os.Remove(mnt))
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	r, err = e.Grow(ctx, snap, v)
+	if err != nil || !r.Grown || r.FilesystemAfter <= r.FilesystemBefore {
+		t.Fatalf("grow once unpublished = %+v, %v; want the filesystem grown", r, err)
+	}
+	o, err := e.Observe(ctx, snap, launcherUID)
+	must(t, err)
+	for _, ov := range o {
+		_, _ = e.Detach(ctx, snap, launcherUID, ov)
+	}
+}
