@@ -13,6 +13,7 @@ check losetup mount
 check findmnt util-linux
 check unshare util-linux
 check nsenter util-linux
+check fsfreeze util-linux
 check sha256sum coreutils
 
 if [ ${#need[@]} -gt 0 ]; then

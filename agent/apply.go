@@ -41,10 +41,10 @@ func (a *Agent) apply(ctx context.Context, snap Snapshot, launcher types.UID, pl
 			continue
 		}
 		r := a.call(ctx, snap, launcher, o)
-		if r.Result == outcome.Error || r.Result == outcome.Refused || r.Result == outcome.NotPublished {
+		if r.Result == outcome.Error || r.Result == outcome.Abandoned || r.Result == outcome.Refused || r.Result == outcome.NotPublished {
 			failed[o.Name] = true
 		}
-		if r.Result.Changed() || r.Result == outcome.Error {
+		if r.Result.Changed() || r.Result == outcome.Error || r.Result == outcome.Abandoned {
 			// What the launcher holds is no longer what snap says.
 			a.snaps.touched(launcher)
 		}
@@ -78,6 +78,8 @@ func (a *Agent) call(ctx context.Context, snap Snapshot, launcher types.UID, o o
 	// Only an attach is refused or waits for a publish: a detach or growth
 	// check that fails on tenant content is a failure to report.
 	switch refusal := kubevirt.RefusalOf(err); {
+	case errors.Is(err, ErrStuck):
+		r.Result, r.Err = outcome.Abandoned, err
 	case attach && refusal != nil:
 		r.Result, r.Refusal = outcome.Refused, refusal
 	case attach && errors.Is(err, kubelet.ErrNotPublished):

@@ -46,6 +46,9 @@ type Config struct {
 	// its own so that a burst of Events never waits behind, or delays, the
 	// agent's other API calls. nil sends them with the agent's client.
 	EventClient kubernetes.Interface
+	// LivenessCheck is checked by /healthz, e.g. the engine's stuck-call
+	// limit; nil means alive while the process answers.
+	LivenessCheck func() error
 	// MetricsHandler, when set, is served at /metrics on MetricsAddress.
 	MetricsHandler http.Handler
 }

@@ -78,6 +78,11 @@ type GrowResult struct {
 // and never reported as a failed expansion.
 var ErrBusy = errors.New("the filesystem is busy with another resize")
 
+// ErrStuck is wrapped by an Engine call that did not finish within its
+// deadline and was abandoned; what it did is unknown until the node is
+// observed again.
+var ErrStuck = errors.New("the node call did not finish within its deadline and was abandoned")
+
 // Snapshot is one read of the host mount table, shared by every call of a
 // batch so that a batch costs one mountinfo scan.
 type Snapshot interface {
@@ -91,7 +96,8 @@ type Snapshot interface {
 //   - a volume the attachment pod does not publish wraps
 //     kubelet.ErrNotPublished;
 //   - tenant content the engine will not touch is a *kubevirt.Refusal
-//     (reason kubevirt.RefusedUnsafeContent).
+//     (reason kubevirt.RefusedUnsafeContent);
+//   - a call abandoned past its deadline wraps ErrStuck.
 type Engine interface {
 	Snapshot(ctx context.Context) (Snapshot, error)
 	// Observe lists what is in the launcher's hotplug-disks directory. A

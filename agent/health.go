@@ -9,11 +9,18 @@ import (
 	"time"
 )
 
-// HealthHandler serves /healthz (the process is alive) and /readyz (the
-// informer caches synced and the readiness gate passes).
+// HealthHandler serves /healthz (the process is alive and the liveness
+// check passes) and /readyz (the informer caches synced and the readiness
+// gate passes).
 func (a *Agent) HealthHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if check := a.cfg.LivenessCheck; check != nil {
+			if err := check(); err != nil {
+				http.Error(w, "not alive: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {

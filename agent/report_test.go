@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -123,9 +124,10 @@ func TestReconcileReportsVolumeStatus(t *testing.T) {
 }
 
 func TestHealthHandler(t *testing.T) {
-	var gateErr error
+	var gateErr, liveErr error
 	ta := newTestAgent(t, func(c *Config) {
 		c.ReadinessGate = func(context.Context) error { return gateErr }
+		c.LivenessCheck = func() error { return liveErr }
 	})
 	ta.synced.Store(false)
 	srv := httptest.NewServer(ta.HealthHandler())
@@ -152,5 +154,9 @@ func TestHealthHandler(t *testing.T) {
 	gateErr = nil
 	if s := status("/readyz"); s != 200 {
 		t.Fatalf("readyz = %d", s)
+	}
+	liveErr = errors.New("a call has been stuck for 6m")
+	if s := status("/healthz"); s != 503 {
+		t.Fatalf("healthz with a stuck call = %d", s)
 	}
 }

@@ -17,6 +17,7 @@ const (
 	EventExpansionFailed    = "FilesystemExpansionFailed"
 	EventShrinkIgnored      = "ShrinkIgnored"
 	EventFilesystemExpanded = "FilesystemExpanded"
+	EventHotplugStuck       = "HotplugStuck"
 )
 
 // summaryInput is everything one pass decided and did for a launcher.
@@ -91,6 +92,13 @@ func summarize(in summaryInput) summary {
 			continue // stopping: the check says nothing about the volume
 		}
 		s.Ops = append(s.Ops, opReport{Op: r.Op.Kind, Name: r.Op.Name, Result: r.Result, Took: r.Took, Err: r.Err})
+		if r.Result == outcome.Abandoned {
+			if r.Op.Kind == outcome.Attach || r.Op.Kind == outcome.Verify {
+				attaches[r.Op.Name] = r
+			}
+			s.abandoned(r)
+			continue
+		}
 		switch r.Op.Kind {
 		case outcome.Detach:
 			s.detached(in, r)
@@ -115,6 +123,14 @@ func summarize(in summaryInput) summary {
 	return s
 }
 
+// abandoned reports a call left stuck in the kernel. The volume is looked
+// at again on the next pass; until then nothing is assumed about it.
+func (s *summary) abandoned(r applied) {
+	name := r.Op.Name
+	s.Errs = append(s.Errs, fmt.Errorf("%s volume %q: %w", r.Op.Kind, name, r.Err))
+	s.warn(name, EventHotplugStuck, fmt.Sprintf("Volume %s: %s on the node did not finish within its deadline and was abandoned (a filesystem frozen, or a storage server gone?): %v", name, r.Op.Kind, r.Err))
+}
+
 // keptMounted reports whether the volume is mounted after its attach or
 // verify: it succeeded, or it failed on a volume that was and stays
 // healthy (the normal state once the attachment pod was replaced).
@@ -122,7 +138,7 @@ func keptMounted(r applied) bool {
 	switch r.Result {
 	case outcome.Refused:
 		return false
-	case outcome.NotPublished, outcome.Error:
+	case outcome.NotPublished, outcome.Error, outcome.Abandoned:
 		return r.Op.Observed.Healthy(r.Op.Intent.Desired.Mode)
 	}
 	return true

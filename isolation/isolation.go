@@ -13,6 +13,13 @@ import (
 // Callers count refusals with errors.Is(err, ErrUnsafePath).
 var ErrUnsafePath = errors.New("unsafe path")
 
+// ErrStuck is wrapped when a call in a mount namespace did not finish
+// within its timeout and was abandoned (see MountNamespace.Do).
+var ErrStuck = errors.New("call in the mount namespace is stuck")
+
+// ErrClosed is returned by MountNamespace.Do after Close.
+var ErrClosed = errors.New("mount namespace runner is closed")
+
 // How says how OpenBeneath opens the last component.
 type How struct {
 	// Flags are open(2) flags for the last component; O_NOFOLLOW and

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // OpenRoot is only supported on Linux.
@@ -36,6 +37,12 @@ func OpenMountNamespace(nsPath string) (*MountNamespace, error) {
 
 // Do is only supported on Linux.
 func (m *MountNamespace) Do(fn func() error) error { return errors.ErrUnsupported }
+
+// SetTimeout is only supported on Linux.
+func (m *MountNamespace) SetTimeout(time.Duration) {}
+
+// Health is only supported on Linux.
+func (m *MountNamespace) Health(time.Time) (uint64, time.Duration) { return 0, 0 }
 
 // Path is only supported on Linux.
 func (m *MountNamespace) Path() string { return "" }

@@ -1,9 +1,10 @@
 package isolation
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -11,10 +12,28 @@ import (
 // MountNamespace runs functions inside one mount namespace, on a dedicated
 // OS thread that joined it once. Running on one thread makes the calls of a
 // batch serial, which also keeps two reconciles from racing on one target.
+//
+// With a timeout set, a call that has not returned by then is abandoned:
+// Do returns an error wrapping ErrStuck, the thread running it is written
+// off, and a new thread serves the calls that follow. A syscall stuck in the
+// kernel (a stat on a dead NFS server, a resize on a frozen filesystem)
+// then costs one thread, not every later call.
 type MountNamespace struct {
-	path  string
-	calls chan call
-	done  chan struct{}
+	path    string
+	timeout time.Duration
+
+	mu      sync.Mutex
+	cur     *runner
+	closed  bool
+	done    chan struct{}
+	stuck   map[*runner]time.Time // written-off runners still in a call, by call start
+	written uint64                // calls abandoned so far
+}
+
+// runner is one locked thread in the namespace.
+type runner struct {
+	calls   chan call
+	retired chan struct{}
 }
 
 type call struct {
@@ -22,22 +41,37 @@ type call struct {
 	result chan error
 }
 
-// ErrClosed is returned by Do after Close.
-var ErrClosed = errors.New("mount namespace runner is closed")
-
 // OpenMountNamespace starts a thread in the mount namespace at nsPath, such
-// as /proc/1/ns/mnt for the host seen with hostPID.
+// as /proc/1/ns/mnt for the host seen with hostPID. Calls have no deadline
+// until SetTimeout.
 func OpenMountNamespace(nsPath string) (*MountNamespace, error) {
-	m := &MountNamespace{path: nsPath, calls: make(chan call), done: make(chan struct{})}
-	started := make(chan error, 1)
-	go m.serve(started)
-	if err := <-started; err != nil {
+	m := &MountNamespace{path: nsPath, done: make(chan struct{}), stuck: map[*runner]time.Time{}}
+	r, err := m.start()
+	if err != nil {
 		return nil, err
 	}
+	m.cur = r
 	return m, nil
 }
 
-func (m *MountNamespace) serve(started chan<- error) {
+// SetTimeout bounds every later call; 0 means no deadline.
+func (m *MountNamespace) SetTimeout(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.timeout = d
+}
+
+func (m *MountNamespace) start() (*runner, error) {
+	r := &runner{calls: make(chan call), retired: make(chan struct{})}
+	started := make(chan error, 1)
+	go m.serve(r, started)
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (m *MountNamespace) serve(r *runner, started chan<- error) {
 	// The thread is never unlocked: once it has left the process's
 	// namespace it must die with this goroutine, not serve other code.
 	runtime.LockOSThread()
@@ -50,7 +84,7 @@ func (m *MountNamespace) serve(started chan<- error) {
 		go func() {
 			runtime.LockOSThread()
 			close(locked)
-			m.serve(started)
+			m.serve(r, started)
 		}()
 		<-locked
 		runtime.UnlockOSThread()
@@ -61,14 +95,37 @@ func (m *MountNamespace) serve(started chan<- error) {
 		return
 	}
 	started <- nil
+	m.loop(r)
+}
+
+// loop runs calls until the runner is retired or the namespace closed.
+func (m *MountNamespace) loop(r *runner) {
 	for {
 		select {
-		case c := <-m.calls:
+		case <-r.retired:
+			m.finished(r)
+			return
+		case <-m.done:
+			return
+		default:
+		}
+		select {
+		case c := <-r.calls:
 			c.result <- c.fn()
+		case <-r.retired:
+			m.finished(r)
+			return
 		case <-m.done:
 			return
 		}
 	}
+}
+
+// finished forgets a written-off runner whose stuck call came back.
+func (m *MountNamespace) finished(r *runner) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.stuck, r)
 }
 
 func join(nsPath string) error {
@@ -86,28 +143,4 @@ func join(nsPath string) error {
 		return fmt.Errorf("join mount namespace %q: %w", nsPath, err)
 	}
 	return nil
-}
-
-// Do runs fn in the namespace and returns its error. Processes that fn
-// starts inherit the namespace, since they fork from the joined thread.
-func (m *MountNamespace) Do(fn func() error) error {
-	c := call{fn: fn, result: make(chan error, 1)}
-	select {
-	case m.calls <- c:
-	case <-m.done:
-		return ErrClosed
-	}
-	return <-c.result
-}
-
-// Path is the namespace file this runner joined.
-func (m *MountNamespace) Path() string { return m.path }
-
-// Close ends the thread. Calls already running finish first.
-func (m *MountNamespace) Close() {
-	select {
-	case <-m.done:
-	default:
-		close(m.done)
-	}
 }

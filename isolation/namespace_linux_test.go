@@ -1,12 +1,14 @@
 package isolation
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -54,5 +56,57 @@ func TestOpenMountNamespaceMissing(t *testing.T) {
 	testutil.RequiresRoot(t)
 	if _, err := OpenMountNamespace(filepath.Join(t.TempDir(), "nope")); err == nil {
 		t.Fatal("joined a namespace that does not exist")
+	}
+}
+
+// TestMountNamespaceAbandonsAStuckCall: a call past the timeout is
+// abandoned and a new thread, in the same namespace, serves the next calls;
+// the stuck one is reported until it returns.
+func TestMountNamespaceAbandonsAStuckCall(t *testing.T) {
+	testutil.RequiresRoot(t)
+	other := testutil.StartLauncher(t)
+	ns, err := OpenMountNamespace("/proc/" + strconv.Itoa(other.Pid) + "/ns/mnt")
+	must(t, err)
+	defer ns.Close()
+	ns.SetTimeout(100 * time.Millisecond)
+
+	release := make(chan struct{})
+	stuck := make(chan error, 1)
+	go func() { stuck <- ns.Do(func() error { <-release; return nil }) }()
+	// A call queued behind the stuck one is handed to the new thread.
+	time.Sleep(20 * time.Millisecond)
+	queued := make(chan error, 1)
+	go func() { queued <- ns.Do(func() error { return nil }) }()
+
+	if err := <-stuck; !errors.Is(err, ErrStuck) {
+		t.Fatalf("stuck call returned %v, want ErrStuck", err)
+	}
+	if err := <-queued; err != nil && !errors.Is(err, ErrStuck) {
+		t.Fatalf("queued call returned %v", err)
+	}
+	// The successor runs in the namespace.
+	want, err := os.Readlink("/proc/" + strconv.Itoa(other.Pid) + "/ns/mnt")
+	must(t, err)
+	var got string
+	must(t, ns.Do(func() (err error) {
+		got, err = os.Readlink("/proc/thread-self/ns/mnt")
+		return err
+	}))
+	if got != want {
+		t.Fatalf("successor thread is in %s, want %s", got, want)
+	}
+	if n, stuckFor := ns.Health(time.Now()); n != 1 || stuckFor < 100*time.Millisecond {
+		t.Fatalf("health = %d abandoned, stuck for %s; want 1 and at least the timeout", n, stuckFor)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, stuckFor := ns.Health(time.Now()); stuckFor == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a stuck call that returned is still reported stuck")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -33,7 +33,7 @@ var (
 	descOps = Description{
 		Name: "hpmount_mount_operations_total", Type: TypeCounter,
 		Labels: []string{"op", "result"},
-		Help:   "Engine calls made while reconciling, by operation (detach, attach, verify, grow) and result (the change made: unchanged, mounted, created, replaced, removed, grown; or not-published, refused, error); counted when the call returns.",
+		Help:   "Engine calls made while reconciling, by operation (detach, attach, verify, grow) and result (the change made: unchanged, mounted, created, replaced, removed, grown; or not-published, refused, abandoned, error); counted when the call returns.",
 	}
 	descOpDuration = Description{
 		Name: "hpmount_mount_operation_duration_seconds", Type: TypeHistogram,

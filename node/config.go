@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
@@ -27,6 +28,12 @@ type Config struct {
 	// UID and GID own what is made in the launcher (QEMU's, 107).
 	UID, GID int
 	Grow     GrowPolicy
+	// CallTimeout bounds each call in the host namespace (0: none); a call
+	// past it is abandoned on its own thread and the next calls go on.
+	CallTimeout time.Duration
+	// GrowTimeout bounds each growth, which runs on a thread of its own
+	// so that a resize on a frozen filesystem stalls no attach.
+	GrowTimeout time.Duration
 }
 
 // GrowPolicy is what Grow may change.
@@ -48,10 +55,12 @@ func DefaultConfig() Config {
 		DevRoot:     "/dev",
 		// /run is a tmpfs on the host, so a crash leaves nothing across
 		// reboots.
-		PrivateDir: "/run/hpmount/grow",
-		UID:        107,
-		GID:        107,
-		Grow:       GrowPolicy{Filesystems: true},
+		PrivateDir:  "/run/hpmount/grow",
+		UID:         107,
+		GID:         107,
+		Grow:        GrowPolicy{Filesystems: true},
+		CallTimeout: 30 * time.Second,
+		GrowTimeout: 10 * time.Minute,
 	}
 }
 
@@ -69,6 +78,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.CgroupMode.Valid(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.CallTimeout < 0 || c.GrowTimeout < 0 {
+		errs = append(errs, fmt.Errorf("call timeout %s and grow timeout %s must not be negative", c.CallTimeout, c.GrowTimeout))
 	}
 	if c.UID < 0 || c.GID < 0 {
 		errs = append(errs, fmt.Errorf("qemu uid/gid %d/%d must not be negative", c.UID, c.GID))

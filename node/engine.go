@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,7 +21,9 @@ import (
 
 // Engine is the agent.Engine of a real node.
 type Engine struct {
-	ns       *isolation.MountNamespace
+	ns *isolation.MountNamespace
+	// growNS runs growth on threads of its own.
+	growNS   *isolation.MountNamespace
 	host     isolation.Host
 	root     kubelet.Root
 	sysRoot  string
@@ -53,17 +56,45 @@ func New(c Config) (*Engine, error) {
 		ns.Close()
 		return nil, err
 	}
+	growNS, err := isolation.OpenMountNamespace(c.Host.MountNamespace())
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	ns.SetTimeout(c.CallTimeout)
+	growNS.SetTimeout(c.GrowTimeout)
 	return &Engine{
-		ns: ns, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
+		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
-		grower: &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
+		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
 		nodes: &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID},
 	}, nil
 }
 
 // Close leaves the host namespace. Mounts stay.
-func (e *Engine) Close() { e.ns.Close() }
+func (e *Engine) Close() {
+	e.ns.Close()
+	e.growNS.Close()
+}
+
+// Liveness returns the agent's liveness check: it fails once a call in the
+// host namespace has been stuck for longer than limit, so that the
+// kubelet restarts the agent rather than leave it to pile up stuck
+// threads. Abandoned calls alone are not a failure: each is reported on
+// its volume.
+func (e *Engine) Liveness(limit time.Duration) func() error {
+	return func() error {
+		now := time.Now()
+		for _, ns := range []*isolation.MountNamespace{e.ns, e.growNS} {
+			if n, stuck := ns.Health(now); stuck > limit {
+				return fmt.Errorf("a call in the host mount namespace has been stuck for %s (limit %s; %d abandoned so far)",
+					stuck.Round(time.Second), limit, n)
+			}
+		}
+		return nil
+	}
+}
 
 // KubeletRoot is the kubelet root as resolved in the host namespace.
 func (e *Engine) KubeletRoot() kubelet.Root { return e.root }
@@ -103,8 +134,12 @@ func (e *Engine) Snapshot(ctx context.Context) (agent.Snapshot, error) {
 func hotplugDisks(launcher types.UID) string { return kubelet.HotplugDisksDir(string(launcher)) }
 
 // refusal turns tenant content the node will not touch into the agent's
-// refusal; other errors pass unchanged.
+// refusal, and a call abandoned past its deadline into agent.ErrStuck;
+// other errors pass unchanged.
 func refusal(err error) error {
+	if errors.Is(err, isolation.ErrStuck) {
+		return stuck(err)
+	}
 	if r := kubevirt.RefusalOf(err); r != nil {
 		return r
 	}
@@ -203,13 +238,14 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 	}
 	dir := hotplugDisks(launcher)
 	if o.Mode != kubevirt.Block {
-		return e.attacher.Detach(t, dir, o.Name)
+		r, err := e.attacher.Detach(t, dir, o.Name)
+		return r, stuck(err)
 	}
 	r, dev, err := e.nodes.Remove(dir, o.Name)
 	if err != nil || r != outcome.Removed {
-		return outcome.Unchanged, err
+		return outcome.Unchanged, stuck(err)
 	}
-	return outcome.Removed, e.denyUnlessUsed(launcher, dev)
+	return outcome.Removed, stuck(e.denyUnlessUsed(launcher, dev))
 }
 
 // denyUnlessUsed drops the launcher's rule for dev unless another of its
@@ -258,7 +294,7 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 		Grown:            r.Grown,
 		ImageGrown:       r.ImageGrown,
 		SlackBytes:       mount.GrowSlackBytes,
-	}, busy(err)
+	}, stuck(busy(err))
 }
 
 // published reports whether the attachment pod still publishes the
@@ -273,6 +309,14 @@ func (e *Engine) published(v agent.DesiredVolume) bool {
 		return err
 	})
 	return err == nil
+}
+
+// stuck marks a call abandoned past its deadline for the agent.
+func stuck(err error) error {
+	if errors.Is(err, isolation.ErrStuck) {
+		return fmt.Errorf("%w: %w", agent.ErrStuck, err)
+	}
+	return err
 }
 
 // busy marks a resize that lost a race with another resizer.

@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -177,5 +179,72 @@ func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
 	must(t, err)
 	for _, ov := range o {
 		_, _ = e.Detach(ctx, snap, launcherUID, ov)
+	}
+}
+
+// TestStuckCallIsAbandoned: a launcher's hotplug-disks on a frozen
+// filesystem blocks the attach in the kernel (as a frozen or dead storage
+// backend would). The call is abandoned at its deadline and reported as
+// agent.ErrStuck, another launcher's attach goes on, the liveness check
+// fails once the stuck call outlives its limit, and recovers when the
+// filesystem thaws.
+func TestStuckCallIsAbandoned(t *testing.T) {
+	n := newLinkedRoot(t)
+	const frozenLauncher = types.UID("33333333-frozen")
+	frozenDir := filepath.Join(n.real, kubelet.HotplugDisksDir(string(frozenLauncher)))
+	testutil.NewFilesystem(t, "ext4", 16<<20, frozenDir)
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107,
+		CallTimeout: 300 * time.Millisecond})
+	must(t, err)
+	defer e.Close()
+	testutil.Run(t, "fsfreeze", "--freeze", frozenDir)
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			testutil.Run(t, "fsfreeze", "--unfreeze", frozenDir)
+			thawed = true
+		}
+	}
+	t.Cleanup(thaw)
+
+	ctx := context.Background()
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	frozen := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: frozenLauncher,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	start := time.Now()
+	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, agent.ErrStuck) {
+		t.Fatalf("attach into a frozen filesystem = %v, want agent.ErrStuck", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the stuck attach took %s to be abandoned", took)
+	}
+	ok := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	if got, err := e.Attach(ctx, snap, ok); err != nil || got != outcome.Mounted {
+		t.Fatalf("attach of another launcher meanwhile = %s, %v; want mounted", got, err)
+	}
+	live := e.Liveness(200 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond)
+	if err := live(); err == nil {
+		t.Fatal("liveness passes with a call stuck past its limit")
+	}
+	thaw()
+	deadline := time.Now().Add(10 * time.Second)
+	for live() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("liveness still fails after the thaw: %v", live())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	for _, l := range []types.UID{launcherUID, frozenLauncher} {
+		obs, err := e.Observe(ctx, snap, l)
+		must(t, err)
+		for _, o := range obs {
+			_, _ = e.Detach(ctx, snap, l, o)
+		}
 	}
 }

@@ -45,12 +45,16 @@ const (
 	// Refused: tenant content or API objects are unsafe; nothing was
 	// touched.
 	Refused Result = "refused"
+	// Abandoned: the operation did not finish within its deadline (a
+	// syscall stuck in the kernel) and was left behind; its effect is
+	// unknown until the node is looked at again.
+	Abandoned Result = "abandoned"
 	// Error: the operation failed; it is retried.
 	Error Result = "error"
 )
 
 // Results lists every Result.
-var Results = []Result{Unchanged, Mounted, Created, Replaced, Removed, Grown, NotPublished, Refused, Error}
+var Results = []Result{Unchanged, Mounted, Created, Replaced, Removed, Grown, NotPublished, Refused, Abandoned, Error}
 
 // Changed reports whether r made a change on the node.
 func (r Result) Changed() bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,7 @@ func newAgentCommand() *cobra.Command {
 	cfg.NodeName = os.Getenv("NODE_NAME")
 	nc := node.DefaultConfig()
 	api := defaultAPIFlags()
+	stuckLimit := 5 * time.Minute
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the per-node hotplug agent",
@@ -25,7 +27,7 @@ func newAgentCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			nc.Grow.Filesystems = cfg.GrowFilesystems
-			return runAgent(cmd, cfg, nc, api)
+			return runAgent(cmd, cfg, nc, api, stuckLimit)
 		},
 	}
 	f := cmd.Flags()
@@ -41,10 +43,13 @@ func newAgentCommand() *cobra.Command {
 	f.BoolVar(&nc.Grow.DiskImages, "expand-disk-images", nc.Grow.DiskImages, "also grow disk.img to KubeVirt's usable size for the claim: (1 - filesystemOverhead) x min(capacity, free + allocated), MiB-aligned; never shrinks")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "how often every VMI is reconciled without an API change")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "reconcile workers")
+	f.DurationVar(&nc.CallTimeout, "call-timeout", nc.CallTimeout, "deadline of one call in the host mount namespace; a call past it is abandoned and reported (HotplugStuck) while the others go on")
+	f.DurationVar(&nc.GrowTimeout, "grow-timeout", nc.GrowTimeout, "deadline of one online filesystem growth, which runs on a thread of its own")
+	f.DurationVar(&stuckLimit, "stuck-limit", stuckLimit, "/healthz fails once an abandoned call has been stuck this long, so the liveness probe restarts the agent")
 	return cmd
 }
 
-func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags) error {
+func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags, stuckLimit time.Duration) error {
 	if err := errors.Join(cfg.Validate(), nc.Validate(), api.validate()); err != nil {
 		return err
 	}
@@ -65,6 +70,7 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	cfg.Observer = m
 	cfg.MetricsHandler = m.Handler()
 	cfg.ReadinessGate = engine.CheckPropagation
+	cfg.LivenessCheck = engine.Liveness(stuckLimit)
 	a, err := agent.New(cfg, kube, dyn, engine)
 	if err != nil {
 		return err

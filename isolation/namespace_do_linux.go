@@ -1,0 +1,115 @@
+package isolation
+
+import (
+	"fmt"
+	"time"
+)
+
+// Do runs fn in the namespace and returns its error. Processes that fn
+// starts inherit the namespace, since they fork from the joined thread.
+//
+// Past the timeout, Do returns an error wrapping ErrStuck: either fn never
+// started (the runner was busy with a call stuck before it; fn had no
+// effect) or fn was abandoned while running (its effect is unknown; look
+// again before acting on it).
+func (m *MountNamespace) Do(fn func() error) error {
+	c := call{fn: fn, result: make(chan error, 1)}
+	timeout := m.callTimeout()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		r, err := m.current()
+		if err != nil {
+			return err
+		}
+		select {
+		case r.calls <- c:
+			return m.wait(r, c, expired, timeout)
+		case <-r.retired:
+			continue // written off meanwhile: hand fn to its successor
+		case <-m.done:
+			return ErrClosed
+		case <-expired:
+			return fmt.Errorf("mount namespace %q: %w: the call did not start within %s", m.path, ErrStuck, timeout)
+		}
+	}
+}
+
+func (m *MountNamespace) wait(r *runner, c call, expired <-chan time.Time, timeout time.Duration) error {
+	start := time.Now()
+	select {
+	case err := <-c.result:
+		return err
+	case <-expired:
+		if err := m.retire(r, start); err != nil {
+			return fmt.Errorf("mount namespace %q: %w after %s, and no new thread: %w", m.path, ErrStuck, timeout, err)
+		}
+		return fmt.Errorf("mount namespace %q: %w: abandoned after %s", m.path, ErrStuck, timeout)
+	}
+}
+
+func (m *MountNamespace) callTimeout() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.timeout
+}
+
+func (m *MountNamespace) current() (*runner, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	return m.cur, nil
+}
+
+// retire writes off r, stuck in a call since start, and starts its
+// successor. Of several callers that time out on one runner, the first
+// retires it.
+func (m *MountNamespace) retire(r *runner, start time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.written++
+	if m.cur != r {
+		return nil
+	}
+	m.stuck[r] = start
+	close(r.retired)
+	next, err := m.start()
+	if err != nil {
+		return err
+	}
+	m.cur = next
+	return nil
+}
+
+// Health reports how many calls were abandoned so far and how long the
+// oldest abandoned call that has still not returned has been stuck.
+func (m *MountNamespace) Health(now time.Time) (abandoned uint64, stuckFor time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, since := range m.stuck {
+		stuckFor = max(stuckFor, now.Sub(since))
+	}
+	return m.written, stuckFor
+}
+
+// Path is the namespace file this runner joined.
+func (m *MountNamespace) Path() string { return m.path }
+
+// Close ends the threads. Calls already running finish first.
+func (m *MountNamespace) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.closed = true
+		close(m.done)
+	}
+}
