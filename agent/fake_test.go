@@ -185,7 +185,7 @@ type testAgent struct {
 	recorder *record.FakeRecorder
 }
 
-func newTestAgent(t *testing.T, mut func(*Config), kubeObjs ...runtime.Object) *testAgent {
+func newTestAgent(t testing.TB, mut func(*Config), kubeObjs ...runtime.Object) *testAgent {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.NodeName = testNode
@@ -216,7 +216,7 @@ func newTestAgent(t *testing.T, mut func(*Config), kubeObjs ...runtime.Object) *
 	return &testAgent{Agent: a, kube: kube, dyn: dyn, engine: eng, recorder: rec}
 }
 
-func (ta *testAgent) addPods(t *testing.T, pods ...*corev1.Pod) {
+func (ta *testAgent) addPods(t testing.TB, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
 		if err := ta.podInformer.GetIndexer().Add(p); err != nil {
@@ -225,7 +225,7 @@ func (ta *testAgent) addPods(t *testing.T, pods ...*corev1.Pod) {
 	}
 }
 
-func (ta *testAgent) setVMI(t *testing.T, u *unstructured.Unstructured) {
+func (ta *testAgent) setVMI(t testing.TB, u *unstructured.Unstructured) {
 	t.Helper()
 	if err := ta.vmiInformer.GetIndexer().Add(u); err != nil {
 		t.Fatalf("add vmi: %v", err)
