@@ -103,7 +103,7 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 		states:  map[string]*vmiState{},
 		resync:  map[string]bool{},
 		arrived: map[string]time.Time{},
-		status:  newStatusWriter(),
+		status:  newStatusWriter(cfg.QueueMetrics),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -115,7 +115,7 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 	a.recorder = a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "hpmount", Host: cfg.NodeName})
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "hpmount"},
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "hpmount", MetricsProvider: cfg.QueueMetrics},
 	)
 	if err := a.setupInformers(); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // Config is what the agent is told through `hpmount agent`'s flags, plus the
@@ -39,6 +40,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer receives metrics hooks; nil means none.
 	Observer Observer
+	// QueueMetrics, when set, receives the work queues' metrics.
+	QueueMetrics workqueue.MetricsProvider
 	// ReadinessGate is checked by /readyz after the informers synced, e.g.
 	// the propagation check. nil means always ready.
 	ReadinessGate func(ctx context.Context) error

@@ -16,11 +16,11 @@ type statusWriter struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 }
 
-func newStatusWriter() *statusWriter {
+func newStatusWriter(m workqueue.MetricsProvider) *statusWriter {
 	return &statusWriter{
 		pending: map[string]map[string]statusUpdate{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "hpmount-status"}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "hpmount-status", MetricsProvider: m}),
 	}
 }
 

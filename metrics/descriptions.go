@@ -77,6 +77,26 @@ var (
 		Labels: []string{"mode"},
 		Help:   "Time from the VMI change that made a hotplug volume desired (its arrival at the agent) to the volume being usable in the launcher, by volume mode; includes waiting for the attachment pod and the kubelet's publish.",
 	}
+	descQueueDepth = Description{
+		Name: "hpmount_workqueue_depth", Type: TypeGauge,
+		Labels: []string{"queue"},
+		Help:   "Keys waiting in the agent's work queue (hpmount: VMIs to reconcile; hpmount-status: VMIs whose volumeStatus is to be written).",
+	}
+	descQueueAdds = Description{
+		Name: "hpmount_workqueue_adds_total", Type: TypeCounter,
+		Labels: []string{"queue"},
+		Help:   "Keys added to the agent's work queue.",
+	}
+	descQueueRetries = Description{
+		Name: "hpmount_workqueue_retries_total", Type: TypeCounter,
+		Labels: []string{"queue"},
+		Help:   "Keys put back into the agent's work queue after a failed pass, with backoff.",
+	}
+	descQueueWait = Description{
+		Name: "hpmount_workqueue_wait_duration_seconds", Type: TypeHistogram,
+		Labels: []string{"queue"},
+		Help:   "Time a key waited in the agent's work queue before a worker took it.",
+	}
 	descRefusals = Description{
 		Name: "hpmount_refusals_total", Type: TypeCounter,
 		Labels: []string{"reason"},
@@ -99,6 +119,10 @@ var descriptions = []Description{
 	descExpansions,
 	descRefusals,
 	descAttachLatency,
+	descQueueDepth,
+	descQueueAdds,
+	descQueueRetries,
+	descQueueWait,
 }
 
 // Descriptions returns every hpmount_ metric family, in README order. The

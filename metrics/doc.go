@@ -34,6 +34,10 @@
 //	hpmount_filesystem_expansions_total{result}                   counter    growth checks by outcome (grown, unchanged, failed, shrink-ignored)
 //	hpmount_refusals_total{reason}                                counter    volumes or launchers refused as unsafe or not belonging to their VMI, by reason
 //	hpmount_attach_latency_seconds{mode}                          histogram  from the VMI change that made a volume desired to the volume usable in the launcher, 50ms..10min buckets
+//	hpmount_workqueue_depth{queue}                                gauge      keys waiting in the work queue (hpmount: VMIs to reconcile; hpmount-status: volumeStatus writes)
+//	hpmount_workqueue_adds_total{queue}                           counter    keys added to the work queue
+//	hpmount_workqueue_retries_total{queue}                        counter    keys put back after a failed pass, with backoff
+//	hpmount_workqueue_wait_duration_seconds{queue}                histogram  time a key waited before a worker took it
 //
 // When a VMI leaves the node every series labelled with it is deleted, and
 // its volumes stop counting in hpmount_volumes. When a volume is reported

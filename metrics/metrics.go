@@ -34,6 +34,12 @@ var DurationBuckets = []float64{
 // the kubelet's publish, so seconds are normal and minutes a fault.
 var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
+// The agent's work queues, by the names the agent gives them.
+const (
+	QueueReconcile = "hpmount"
+	QueueStatus    = "hpmount-status"
+)
+
 // Volume mode label values. Anything the agent reports that is not a known
 // PVC volume mode is folded into ModeUnknown so the label stays bounded.
 const (
@@ -65,6 +71,10 @@ type Metrics struct {
 	expansions        *prometheus.CounterVec
 	refusals          *prometheus.CounterVec
 	attachLatency     *prometheus.HistogramVec
+	queueDepth        *prometheus.GaugeVec
+	queueAdds         *prometheus.CounterVec
+	queueRetries      *prometheus.CounterVec
+	queueWait         *prometheus.HistogramVec
 
 	mu sync.Mutex
 	// vmis holds the last state reported for each volume of each VMI,
@@ -100,6 +110,10 @@ func New(version, commit string) *Metrics {
 		refusals:          counterVec(descRefusals),
 		attachLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachLatency.Name, Help: descAttachLatency.Help,
 			Buckets: LatencyBuckets}, descAttachLatency.Labels),
+		queueDepth:   gaugeVec(descQueueDepth),
+		queueAdds:    counterVec(descQueueAdds),
+		queueRetries: counterVec(descQueueRetries),
+		queueWait:    histogramVec(descQueueWait),
 		vmis:         make(map[vmiKey]map[string]modeState),
 		volumeGauges: make(map[modeState]prometheus.Gauge),
 	}
@@ -130,6 +144,12 @@ func New(version, commit string) *Metrics {
 	for _, mode := range []string{ModeFilesystem, ModeBlock} {
 		m.attachLatency.WithLabelValues(mode)
 	}
+	for _, q := range []string{QueueReconcile, QueueStatus} {
+		m.queueDepth.WithLabelValues(q)
+		m.queueAdds.WithLabelValues(q)
+		m.queueRetries.WithLabelValues(q)
+		m.queueWait.WithLabelValues(q)
+	}
 
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -147,6 +167,10 @@ func New(version, commit string) *Metrics {
 		m.expansions,
 		m.refusals,
 		m.attachLatency,
+		m.queueDepth,
+		m.queueAdds,
+		m.queueRetries,
+		m.queueWait,
 	)
 	return m
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
@@ -68,5 +69,26 @@ func TestVocabularyPreregistered(t *testing.T) {
 	}
 	if got, want := testutil.CollectAndCount(m.refusals), len(kubevirt.RefusalReasons); got != want {
 		t.Errorf("%d hpmount_refusals_total series, want %d", got, want)
+	}
+}
+
+func TestWorkqueueProvider(t *testing.T) {
+	m := New("dev", "none")
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: QueueReconcile, MetricsProvider: m.WorkqueueProvider()})
+	defer q.ShutDown()
+	q.Add("a")
+	q.Add("b")
+	if got := testutil.ToFloat64(m.queueDepth.WithLabelValues(QueueReconcile)); got != 2 {
+		t.Errorf("depth = %v, want 2", got)
+	}
+	k, _ := q.Get()
+	q.AddRateLimited(k)
+	q.Done(k)
+	if got := testutil.ToFloat64(m.queueRetries.WithLabelValues(QueueReconcile)); got != 1 {
+		t.Errorf("retries = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.queueAdds.WithLabelValues(QueueReconcile)); got != 2 {
+		t.Errorf("adds = %v, want 2", got)
 	}
 }

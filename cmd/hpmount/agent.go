@@ -68,6 +68,7 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	defer engine.Close()
 	m := metrics.New(version, commit)
 	cfg.Observer = m
+	cfg.QueueMetrics = m.WorkqueueProvider()
 	cfg.MetricsHandler = m.Handler()
 	cfg.ReadinessGate = engine.CheckPropagation
 	cfg.LivenessCheck = engine.Liveness(stuckLimit)
