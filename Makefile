@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
-.PHONY: all build deps tools test unit vet bench demo clean
+.PHONY: all build deps tools test unit vet bench bench-node demo clean
 
 all: build
 
@@ -37,6 +37,12 @@ test: deps tools vet build
 
 bench: deps
 	HPMOUNT_REQUIRE_ROOT=1 $(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The node-scale harness (250 VMIs x 4 volumes, 10k mounts, a real API
+# server) and the Go benchmarks; writes BENCHMARKS.md. About 10 minutes.
+# Smaller: make bench-node BENCH_NODE_FLAGS="--vmis 50 --idle 10s --storm 10s --big-vmis 0".
+bench-node: deps tools build
+	$(GO) run ./test/scale --binary $(CURDIR)/bin/hpmount --out $(CURDIR)/BENCHMARKS.md $(BENCH_NODE_FLAGS)
 
 demo: deps tools build
 	$(GO) run ./test/demo --binary $(CURDIR)/bin/hpmount

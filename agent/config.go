@@ -22,6 +22,8 @@ type Config struct {
 	// MetricsAddress is where MetricsHandler is served (at /metrics) when
 	// MetricsHandler is set. Empty disables the metrics server.
 	MetricsAddress string
+	// Profiling serves Go's profiler at /debug/pprof/ on MetricsAddress.
+	Profiling bool
 	// HealthAddress serves /healthz and /readyz. Empty disables it.
 	HealthAddress string
 	// ReportVolumeStatus patches status.volumeStatus of the VMI

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 )
 
@@ -76,6 +77,13 @@ func (a *Agent) startServers(ctx context.Context, errc chan<- error) (func(), er
 	if a.cfg.MetricsAddress != "" && a.cfg.MetricsHandler != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", a.cfg.MetricsHandler)
+		if a.cfg.Profiling {
+			// Go's profiler, for finding where a busy node's CPU goes;
+			// off by default, as it exposes internals.
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		if err := serve("metrics", a.cfg.MetricsAddress, mux); err != nil {
 			stop()
 			return nil, err

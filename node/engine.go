@@ -32,6 +32,7 @@ type Engine struct {
 	nodes    *blockdev.Nodes
 	rules    blockdev.DeviceRules
 	grow     GrowPolicy
+	memo     growMemo
 }
 
 var _ agent.Engine = (*Engine)(nil)
@@ -238,6 +239,7 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 	}
 	dir := hotplugDisks(launcher)
 	if o.Mode != kubevirt.Block {
+		e.memo.forget(growKey{launcher, o.Name})
 		r, err := e.attacher.Detach(t, dir, o.Name)
 		return r, stuck(err)
 	}
@@ -278,13 +280,17 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 	if v.Mode == kubevirt.Block {
 		return e.blockSize(dir, v.Name)
 	}
+	quick, now, ok := e.quickGrow(t, v)
+	if ok {
+		return quick, nil
+	}
 	r, err := e.grower.Grow(t, dir, v.Name, mount.GrowOptions{
 		GrowFilesystem:     e.grow.Filesystems && !e.published(v),
 		ExpandDiskImage:    e.grow.DiskImages,
 		CapacityBytes:      v.CapacityBytes,
 		FilesystemOverhead: v.FilesystemOverhead,
 	})
-	return agent.GrowResult{
+	res := agent.GrowResult{
 		DeviceBytes:      r.DeviceBytes,
 		FilesystemBefore: r.FilesystemBefore,
 		FilesystemAfter:  r.FilesystemAfter,
@@ -294,7 +300,16 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 		Grown:            r.Grown,
 		ImageGrown:       r.ImageGrown,
 		SlackBytes:       mount.GrowSlackBytes,
-	}, stuck(busy(err))
+	}
+	if err == nil && !r.NeedsGrowth && now.mountID != 0 && now.deviceBytes == r.DeviceBytes {
+		// Nothing was due: the same answer holds until the mount, the
+		// device size or the claim changes.
+		now.result = agent.GrowResult{DeviceBytes: res.DeviceBytes, FilesystemBefore: res.FilesystemAfter,
+			FilesystemAfter: res.FilesystemAfter, DiskImageBefore: res.DiskImageAfter, DiskImageAfter: res.DiskImageAfter,
+			FilesystemType: res.FilesystemType, SlackBytes: res.SlackBytes}
+		e.memo.remember(growKey{v.LauncherUID, v.Name}, now)
+	}
+	return res, stuck(busy(err))
 }
 
 // published reports whether the attachment pod still publishes the

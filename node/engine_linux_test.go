@@ -157,13 +157,29 @@ func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
 	if _, err := e.Attach(ctx, snap, v); err != nil {
 		t.Fatal(err)
 	}
+	// Two checks with nothing to grow: the second is answered from the
+	// memo, which the device's growth below must invalidate.
+	var first agent.GrowResult
+	for i := range 2 {
+		snap, err = e.Snapshot(ctx)
+		must(t, err)
+		r, err := e.Grow(ctx, snap, v)
+		if err != nil || r.Grown || r.DeviceBytes != testutil.MinXFSSize {
+			t.Fatalf("check %d before the device grew = %+v, %v", i+1, r, err)
+		}
+		if i == 0 {
+			first = r
+		} else if r.FilesystemAfter != first.FilesystemAfter || r.DeviceBytes != first.DeviceBytes {
+			t.Fatalf("remembered check = %+v, want the sizes of %+v", r, first)
+		}
+	}
 	loop.Grow(t, testutil.MinXFSSize+200<<20)
 
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
 	r, err := e.Grow(ctx, snap, v)
-	if err != nil || r.Grown || r.FilesystemAfter != r.FilesystemBefore {
-		t.Fatalf("grow while published = %+v, %v; want a measurement only", r, err)
+	if err != nil || r.Grown || r.FilesystemAfter != r.FilesystemBefore || r.DeviceBytes != testutil.MinXFSSize+200<<20 {
+		t.Fatalf("grow while published = %+v, %v; want a measurement of the grown device only", r, err)
 	}
 	// The attachment pod was replaced: the kubelet unpublished the volume;
 	// the launcher's bind keeps the filesystem.

@@ -35,6 +35,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "node this agent serves (default $NODE_NAME)")
 	nodeFlags(f, nodeLocation{&nc.Host, &nc.KubeletRoot, &nc.CgroupRoot, &nc.CgroupMode})
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "address of /metrics; empty disables")
+	f.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling, "serve Go's profiler at /debug/pprof/ on --metrics-address")
 	f.StringVar(&cfg.HealthAddress, "health-address", cfg.HealthAddress, "address of /healthz and /readyz; empty disables")
 	f.IntVar(&nc.UID, "qemu-uid", nc.UID, "owner uid of what is made in the launcher")
 	f.IntVar(&nc.GID, "qemu-gid", nc.GID, "owner gid of what is made in the launcher")

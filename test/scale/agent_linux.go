@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// agent is one run of the hpmount binary as the scale node's agent.
+type agent struct {
+	cmd     *exec.Cmd
+	metrics string
+	health  string
+	started time.Time
+	done    chan struct{}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startAgent runs the agent with this process's namespace as its host.
+func (e *env) startAgent(resync time.Duration) (*agent, error) {
+	m, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	h, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"agent", "--kubeconfig", e.agentKC, "--node-name", nodeName,
+		"--kubelet-root", e.node.KubeletRoot, "--host-proc", "/proc", "--host-pid", strconv.Itoa(os.Getpid()),
+		"--cgroup-root", e.node.CgroupRoot, "--cgroup-mode", "v1",
+		"--metrics-address", m, "--health-address", h, "--resync-period", resync.String()}
+	args = append(args, e.opts.agentArgs...)
+	log, err := os.OpenFile(e.agentLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "# scale: %s %s\n", e.opts.binary, strings.Join(args, " "))
+	a := &agent{metrics: m, health: h, done: make(chan struct{})}
+	a.cmd = exec.Command(e.opts.binary, args...)
+	a.cmd.Stdout, a.cmd.Stderr = log, log
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	a.started = time.Now()
+	if err := a.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	go func() {
+		_ = a.cmd.Wait()
+		close(a.done)
+	}()
+	return a, nil
+}
+
+// stop ends the agent with SIGTERM, as the kubelet does; mounts stay.
+func (a *agent) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+}
+
+func (a *agent) ready() bool {
+	resp, err := http.Get("http://" + a.health + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// scrape reads the agent's metrics.
+func (a *agent) scrape() (metrics, error) {
+	resp, err := http.Get("http://" + a.metrics + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(io.Reader(resp.Body))
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	return metrics(fams), nil
+}
+
+// metrics is one scrape.
+type metrics map[string]*dto.MetricFamily
+
+// sum adds the values of the family's series whose labels match.
+func (m metrics) sum(name string, labels map[string]string) float64 {
+	f := m[name]
+	if f == nil {
+		return 0
+	}
+	var total float64
+	for _, s := range f.GetMetric() {
+		if !matches(s, labels) {
+			continue
+		}
+		switch {
+		case s.Gauge != nil:
+			total += s.GetGauge().GetValue()
+		case s.Counter != nil:
+			total += s.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+func matches(s *dto.Metric, labels map[string]string) bool {
+	for k, v := range labels {
+		found := false
+		for _, l := range s.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// hist is a histogram's count, sum and cumulative buckets.
+type hist struct {
+	count   uint64
+	sum     float64
+	buckets []*dto.Bucket
+}
+
+func (m metrics) hist(name string) hist {
+	var h hist
+	f := m[name]
+	if f == nil {
+		return h
+	}
+	for _, s := range f.GetMetric() {
+		x := s.GetHistogram()
+		h.count += x.GetSampleCount()
+		h.sum += x.GetSampleSum()
+		if h.buckets == nil {
+			for _, b := range x.GetBucket() {
+				h.buckets = append(h.buckets, &dto.Bucket{UpperBound: b.UpperBound, CumulativeCount: new(uint64)})
+			}
+		}
+		for i, b := range x.GetBucket() {
+			*h.buckets[i].CumulativeCount += b.GetCumulativeCount()
+		}
+	}
+	return h
+}
+
+// minus is the histogram of what happened between an earlier scrape and
+// this one.
+func (h hist) minus(old hist) hist {
+	d := hist{count: h.count - old.count, sum: h.sum - old.sum}
+	for i, b := range h.buckets {
+		c := b.GetCumulativeCount()
+		if i < len(old.buckets) {
+			c -= old.buckets[i].GetCumulativeCount()
+		}
+		d.buckets = append(d.buckets, &dto.Bucket{UpperBound: b.UpperBound, CumulativeCount: &c})
+	}
+	return d
+}
+
+func (h hist) mean() float64 {
+	if h.count == 0 {
+		return 0
+	}
+	return h.sum / float64(h.count)
+}
+
+// quantile is the upper bound of the bucket holding quantile q: an upper
+// estimate, as precise as the buckets.
+func (h hist) quantile(q float64) float64 {
+	want := uint64(q * float64(h.count))
+	for _, b := range h.buckets {
+		if b.GetCumulativeCount() >= want && want > 0 {
+			return b.GetUpperBound()
+		}
+	}
+	return 0
+}
+
+// procStat is a process's CPU time and memory from /proc.
+type procStat struct {
+	cpu       time.Duration
+	rss, peak int64
+}
+
+func readProcStat(pid int) (procStat, error) {
+	var p procStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return p, err
+	}
+	// Fields after the command name, which may hold spaces: utime is the
+	// 14th field, stime the 15th.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	p.cpu = time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	s, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return p, err
+	}
+	defer s.Close()
+	sc := bufio.NewScanner(s)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			p.rss = kb << 10
+		case "VmHWM":
+			p.peak = kb << 10
+		}
+	}
+	return p, sc.Err()
+}
+
+// profile saves the agent's CPU profile over d to path.
+func (a *agent) profile(path string, d time.Duration) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", a.metrics, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

@@ -1,0 +1,13 @@
+// Command scale is the node-scale harness behind `make bench-node`: a real
+// kube-apiserver and etcd, a simulated node with N VMIs × M hotplug volumes
+// (a mix of filesystem and block) and thousands of unrelated mounts, and
+// the hpmount binary as the agent. It measures what an operator of a busy
+// node cares about (fresh attach of every volume, cold start, the latency
+// of one attach on the loaded node, idle CPU, reconcile and mountinfo
+// costs, memory, diag, a storm of changes), checks that the node ends
+// correct (every target mounted once, every block node right, no changing
+// syscall on a restart), and writes BENCHMARKS.md.
+//
+// It runs as root, re-executed in a private mount namespace so that
+// nothing it mounts reaches the machine.
+package main

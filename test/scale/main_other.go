@@ -1,0 +1,13 @@
+//go:build !linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	fmt.Fprintln(os.Stderr, "scale: the node-scale harness needs Linux")
+	os.Exit(2)
+}

@@ -1,0 +1,498 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/test/simnode"
+)
+
+const waitLimit = 10 * time.Minute
+
+func (e *env) total() int { return len(e.vms) * e.opts.volumes }
+
+func (e *env) measureAll() error {
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"fresh attach", e.measureFreshAttach},
+		{"cold start", e.measureColdStart},
+		{"loaded node", e.measureLoadedNode},
+		{"500 VMIs", e.measureBig},
+	}
+	for _, s := range steps {
+		fmt.Printf("== %s\n", s.name)
+		if err := s.fn(); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// waitMounted waits until the agent reports every volume mounted and
+// returns how long that took from the agent's start.
+func (e *env) waitMounted(a *agent, want int) (time.Duration, error) {
+	deadline := time.Now().Add(waitLimit)
+	for time.Now().Before(deadline) {
+		select {
+		case <-a.done:
+			return 0, fmt.Errorf("the agent exited; see %s", e.agentLog)
+		default:
+		}
+		if m, err := a.scrape(); err == nil && int(m.sum("hpmount_volumes", map[string]string{"state": "mounted"})) >= want {
+			return time.Since(a.started), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("not every volume mounted within %s", waitLimit)
+}
+
+// measureFreshAttach starts the agent on a node where everything is
+// published and nothing is attached yet.
+func (e *env) measureFreshAttach() error {
+	var runs []float64
+	for r := range e.opts.repeat {
+		if err := e.clearTargets(); err != nil {
+			return err
+		}
+		a, err := e.startAgent(time.Minute)
+		if err != nil {
+			return err
+		}
+		took, err := e.waitMounted(a, e.total())
+		a.stop()
+		if err != nil {
+			return err
+		}
+		if err := e.checkNode(); err != nil {
+			return fmt.Errorf("run %d: %w", r+1, err)
+		}
+		runs = append(runs, took.Seconds())
+		fmt.Printf("   run %d: %d volumes attached in %s\n", r+1, e.total(), took.Round(time.Millisecond))
+	}
+	e.report.add(row{what: fmt.Sprintf("fresh attach of all %d volumes (agent started, everything published)", e.total()),
+		unit: "s", runs: runs, target: 3, note: "from the agent's exec to hpmount_volumes{state=mounted} = all; node checked after each run"})
+	return nil
+}
+
+// measureColdStart restarts the agent with everything mounted.
+func (e *env) measureColdStart() error {
+	var runs, ready []float64
+	for r := range e.opts.repeat {
+		a, err := e.startAgent(time.Minute)
+		if err != nil {
+			return err
+		}
+		readyAt := e.waitReady(a)
+		took, err := e.waitMounted(a, e.total())
+		if err != nil {
+			a.stop()
+			return err
+		}
+		m, err := a.scrape()
+		a.stop()
+		if err != nil {
+			return err
+		}
+		if n := changingOps(m); n != 0 {
+			return fmt.Errorf("run %d: %v changing operations on a restart with everything mounted", r+1, n)
+		}
+		runs, ready = append(runs, took.Seconds()), append(ready, readyAt.Seconds())
+		fmt.Printf("   run %d: every volume verified in %s (ready %s), 0 changing operations\n", r+1, took.Round(time.Millisecond), readyAt.Round(time.Millisecond))
+	}
+	e.report.add(row{what: "cold start with everything mounted, until every volume is verified", unit: "s", runs: runs, target: 1,
+		note: "0 changing operations in every run (hpmount_mount_operations_total with a changing result)"})
+	e.report.add(row{what: "cold start, until /readyz", unit: "s", runs: ready})
+	return nil
+}
+
+func (e *env) waitReady(a *agent) time.Duration {
+	for time.Since(a.started) < waitLimit && !a.ready() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(a.started)
+}
+
+func changingOps(m metrics) float64 {
+	var n float64
+	for _, r := range outcome.Results {
+		if r.Changed() {
+			n += m.sum("hpmount_mount_operations_total", map[string]string{"result": string(r)})
+		}
+	}
+	return n
+}
+
+// checkNode holds the node to the desired state: every filesystem target
+// mounted exactly once, every block node a block device.
+func (e *env) checkNode() error {
+	t, err := mount.ReadTable("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, v := range e.vms {
+		for _, vol := range v.vols {
+			if err := checkTarget(t, e.target(v, vol), vol); err != nil {
+				return fmt.Errorf("vmi %s: %w", v.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkTarget(t *mount.Table, target string, vol simnode.Volume) error {
+	if vol.Block {
+		var st unix.Stat_t
+		if err := unix.Lstat(target, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+			return fmt.Errorf("block node %q: %v (mode %o)", target, err, st.Mode)
+		}
+		return nil
+	}
+	if n := len(t.At(target)); n != 1 {
+		return fmt.Errorf("%d mounts on %q, want exactly 1", n, target)
+	}
+	return nil
+}
+
+// measureLoadedNode runs one agent on the full node: single attaches, the
+// idle window, diag and the storm.
+func (e *env) measureLoadedNode() error {
+	a, err := e.startAgent(e.opts.idle)
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	if _, err := e.waitMounted(a, e.total()); err != nil {
+		return err
+	}
+	// The idle window comes last: by then a resync wave has run, as on a
+	// node whose agent has been up for a while.
+	for _, step := range []func(*agent) error{e.measureAttaches, e.measureDiag, e.measureStorm, e.awaitWave, e.measureIdle} {
+		if err := step(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureAttaches hotplugs one more volume into a VMI of the loaded node,
+// from the API update to the target being mounted, and removes it again.
+func (e *env) measureAttaches(a *agent) error {
+	var runs []float64
+	for i := range e.opts.attaches {
+		v := e.vms[rand.IntN(len(e.vms))]
+		vol := simnode.Volume{Name: fmt.Sprintf("extra%03d", i), Claim: fmt.Sprintf("claim-%s-extra%03d", v.name, i),
+			PV: fmt.Sprintf("pv-%s-extra%03d", v.name, i), Capacity: fmt.Sprintf("%dMi", volMiB)}
+		if err := e.ctrl.CreatePVC(e.ctx, vmNS, vol); err != nil {
+			return err
+		}
+		if err := e.publish(v.attach, vol); err != nil {
+			return err
+		}
+		v.vols = append(v.vols, vol)
+		start := time.Now()
+		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
+			return err
+		}
+		if err := waitFor(func() bool { return isMountPoint(e.target(v, vol)) }); err != nil {
+			return fmt.Errorf("attach %s: %w", vol.Name, err)
+		}
+		runs = append(runs, time.Since(start).Seconds())
+		v.vols = v.vols[:len(v.vols)-1]
+		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
+			return err
+		}
+		if err := waitFor(func() bool { _, err := os.Lstat(e.target(v, vol)); return os.IsNotExist(err) }); err != nil {
+			return fmt.Errorf("detach %s: %w", vol.Name, err)
+		}
+	}
+	e.report.add(row{what: "one attach on the loaded node, API update to target mounted", unit: "ms", runs: scale(runs, 1000), target: 250,
+		targetOn: "p99", note: fmt.Sprintf("%d attaches, each removed again", len(runs))})
+	return nil
+}
+
+func scale(xs []float64, f float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = x * f
+	}
+	return out
+}
+
+// isMountPoint tells a mounted target by its device differing from its
+// directory's, without reading the mount table.
+func isMountPoint(p string) bool {
+	var st, dir unix.Stat_t
+	if unix.Stat(p, &st) != nil || unix.Stat(filepath.Dir(p), &dir) != nil {
+		return false
+	}
+	return st.Dev != dir.Dev
+}
+
+func waitFor(ok func() bool) error { return waitForWithin(time.Minute, ok) }
+
+func waitForWithin(d time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", d)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+
+// awaitWave waits for a resync wave to pass: one verify of every block
+// volume is counted.
+func (e *env) awaitWave(a *agent) error {
+	m, err := a.scrape()
+	if err != nil {
+		return err
+	}
+	seen := m.sum("hpmount_mount_operations_total", map[string]string{"op": "verify"})
+	return waitForWithin(e.opts.idle+time.Minute, func() bool {
+		m, err := a.scrape()
+		return err == nil && m.sum("hpmount_mount_operations_total", map[string]string{"op": "verify"}) > seen
+	})
+}
+
+// measureIdle watches the agent for one resync period with nothing
+// changing: its CPU, its reconciles, its mount-table reads, its memory.
+func (e *env) measureIdle(a *agent) error {
+	time.Sleep(2 * time.Second) // let the last detach's follow-ups pass
+	before, err := readProcStat(a.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	m0, err := a.scrape()
+	if err != nil {
+		return err
+	}
+	if e.opts.cpuProfile != "" {
+		if err := a.profile(e.opts.cpuProfile, e.opts.idle+2*time.Second); err != nil {
+			return err
+		}
+	} else {
+		time.Sleep(e.opts.idle + 2*time.Second) // one resync wave falls inside
+	}
+	after, err := readProcStat(a.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	m1, err := a.scrape()
+	if err != nil {
+		return err
+	}
+	window := e.opts.idle + 2*time.Second
+	cpu := (after.cpu - before.cpu).Seconds() * 60 / window.Seconds()
+	rec := m1.hist("hpmount_reconcile_duration_seconds").minus(m0.hist("hpmount_reconcile_duration_seconds"))
+	scan := m1.hist("hpmount_mountinfo_scan_duration_seconds").minus(m0.hist("hpmount_mountinfo_scan_duration_seconds"))
+	e.report.add(row{what: fmt.Sprintf("CPU with nothing changing (resync every %s)", e.opts.idle), unit: "s per 60 s", runs: []float64{cpu}, target: 0.5})
+	e.report.add(row{what: "no-op reconcile of one VMI (resync wave)", unit: "ms", runs: []float64{rec.quantile(0.5) * 1000, rec.quantile(0.99) * 1000},
+		target: 2, targetOn: "p50", note: fmt.Sprintf("%d reconciles; p50 and p99 are bucket upper bounds; mean %.3f ms; p99 target 20 ms", rec.count, rec.mean()*1000), quantiles: true})
+	e.report.add(row{what: "mountinfo read and parse in the agent", unit: "ms", runs: []float64{scan.mean() * 1000}, target: 60,
+		note: fmt.Sprintf("%d reads in the idle window for %d VMIs (once per batch, not per VMI)", scan.count, len(e.vms))})
+	e.report.add(row{what: fmt.Sprintf("agent RSS with %d VMIs (high-water mark %s)", len(e.vms), mib(after.peak)), unit: "MiB", runs: []float64{float64(after.rss) / (1 << 20)}})
+	fmt.Printf("   idle: %.2f s CPU per 60 s, %d reconciles (mean %.2f ms), %d mountinfo reads (mean %.1f ms), RSS %s\n",
+		cpu, rec.count, rec.mean()*1000, scan.count, scan.mean()*1000, mib(after.rss))
+	return nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// measureDiag runs `hpmount diag --all -o json` on the loaded node.
+func (e *env) measureDiag(*agent) error {
+	var runs []float64
+	for range e.opts.repeat {
+		start := time.Now()
+		cmd := exec.CommandContext(e.ctx, e.opts.binary, "diag", "--all", "-o", "json", "--kubeconfig", e.adminKC,
+			"--node-name", nodeName, "--kubelet-root", e.node.KubeletRoot, "--host-pid", strconv.Itoa(os.Getpid()),
+			"--cgroup-root", e.node.CgroupRoot, "--cgroup-mode", "v1")
+		out, err := cmd.Output()
+		took := time.Since(start)
+		if code := cmd.ProcessState.ExitCode(); err != nil && code != 1 {
+			return fmt.Errorf("diag: %w (exit %d)", err, code)
+		}
+		var rep struct {
+			Volumes []struct{ Verdict string } `json:"volumes"`
+		}
+		if err := json.Unmarshal(out, &rep); err != nil {
+			return fmt.Errorf("diag output: %w", err)
+		}
+		if len(rep.Volumes) != e.total() {
+			return fmt.Errorf("diag reported %d volumes, want %d", len(rep.Volumes), e.total())
+		}
+		runs = append(runs, took.Seconds())
+	}
+	e.report.add(row{what: fmt.Sprintf("`hpmount diag --all -o json` on that node (%d volumes)", e.total()), unit: "s", runs: runs, target: 2})
+	return nil
+}
+
+// measureStorm toggles volumes of the first VMIs in and out of their spec
+// at a steady rate, then waits for the node to match the final spec.
+func (e *env) measureStorm(a *agent) error {
+	if e.opts.storm == 0 {
+		return nil
+	}
+	vms := e.vms[:min(e.opts.stormVMIs, len(e.vms))]
+	removed := map[*vm][]simnode.Volume{}
+	before, err := readProcStat(a.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	maxDepth := e.watchQueue(a, e.opts.storm)
+	start := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(e.opts.stormRate))
+	changes := 0
+	for time.Since(start) < e.opts.storm {
+		<-tick.C
+		v := vms[rand.IntN(len(vms))]
+		toggle(v, removed)
+		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
+			tick.Stop()
+			return err
+		}
+		changes++
+	}
+	tick.Stop()
+	sent := time.Since(start)
+	if err := waitFor(func() bool { return e.matches(vms, removed) }); err != nil {
+		return fmt.Errorf("converge after the storm: %w", err)
+	}
+	converge := time.Since(start) - sent
+	after, _ := readProcStat(a.cmd.Process.Pid)
+	e.report.add(row{what: fmt.Sprintf("storm: %d changes in %s on %d VMIs (%.0f/s), time to converge after the last", changes, sent.Round(time.Second), len(vms), float64(changes)/sent.Seconds()),
+		unit: "s", runs: []float64{converge.Seconds()},
+		note: fmt.Sprintf("max queue depth %d; agent CPU %.1f s during the storm", <-maxDepth, (after.cpu - before.cpu).Seconds())})
+	for v, vols := range removed { // restore the full node
+		v.vols = append(v.vols, vols...)
+		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
+			return err
+		}
+	}
+	_, err = e.waitMounted(a, e.total())
+	return err
+}
+
+// toggle removes a random volume of v from its spec, or puts one back.
+func toggle(v *vm, removed map[*vm][]simnode.Volume) {
+	if len(removed[v]) > 0 && (len(v.vols) == 0 || rand.IntN(2) == 0) {
+		back := removed[v][len(removed[v])-1]
+		removed[v] = removed[v][:len(removed[v])-1]
+		v.vols = append(v.vols, back)
+		return
+	}
+	if len(v.vols) == 0 {
+		return
+	}
+	i := rand.IntN(len(v.vols))
+	removed[v] = append(removed[v], v.vols[i])
+	v.vols = slices.Delete(v.vols, i, i+1)
+}
+
+// matches reports whether the launchers of vms hold exactly their spec.
+func (e *env) matches(vms []*vm, removed map[*vm][]simnode.Volume) bool {
+	t, err := mount.ReadTable("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, v := range vms {
+		for _, vol := range v.vols {
+			if checkTarget(t, e.target(v, vol), vol) != nil {
+				return false
+			}
+		}
+		for _, vol := range removed[v] {
+			if _, err := os.Lstat(e.target(v, vol)); !os.IsNotExist(err) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// watchQueue samples the reconcile queue's depth every 100 ms for d and
+// sends the largest seen.
+func (e *env) watchQueue(a *agent, d time.Duration) <-chan int {
+	out := make(chan int, 1)
+	go func() {
+		largest := 0
+		for end := time.Now().Add(d + 5*time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if m, err := a.scrape(); err == nil {
+				largest = max(largest, int(m.sum("hpmount_workqueue_depth", map[string]string{"queue": "hpmount"})))
+			}
+		}
+		out <- largest
+	}()
+	return out
+}
+
+// measureBig grows the node to the memory measurement's VMI count and
+// watches the agent's memory while it is scraped as Prometheus would.
+func (e *env) measureBig() error {
+	if e.opts.bigVMIs <= len(e.vms) {
+		return nil
+	}
+	fs, block := e.volumeMix(e.opts.bigVMIs)
+	if err := e.growBacking(fs, block); err != nil {
+		return err
+	}
+	if err := e.addVMs(context.Background(), len(e.vms), e.opts.bigVMIs); err != nil {
+		return err
+	}
+	a, err := e.startAgent(time.Minute)
+	if err != nil {
+		return err
+	}
+	defer a.stop()
+	if _, err := e.waitMounted(a, e.total()); err != nil {
+		return err
+	}
+	var rss, heap float64
+	for range 4 {
+		time.Sleep(e.opts.scrapeEvery)
+		m, err := a.scrape()
+		if err != nil {
+			return err
+		}
+		p, _ := readProcStat(a.cmd.Process.Pid)
+		rss = max(rss, float64(p.rss)/(1<<20))
+		heap = max(heap, m.sum("go_memstats_heap_inuse_bytes", nil)/(1<<20))
+	}
+	e.report.add(row{what: fmt.Sprintf("RSS with %d VMIs (%d volumes), scraped every %s", len(e.vms), e.total(), e.opts.scrapeEvery),
+		unit: "MiB", runs: []float64{rss}, target: 64, note: fmt.Sprintf("Go heap in use at most %.0f MiB", heap)})
+	return nil
+}
+
+// growBacking adds filesystems when the big node needs more.
+func (e *env) growBacking(fsVols, _ int) error {
+	for len(e.back.fsDirs)*fsPerDisk < fsVols {
+		i := len(e.back.fsDirs)
+		d, err := e.node.NewDisk(fmt.Sprintf("fs%d", i), "ext4", 2<<30)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(e.dir, "backing", fmt.Sprintf("fs%d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(d.Device, dir, "ext4", 0, ""); err != nil {
+			return err
+		}
+		e.back.fsDirs = append(e.back.fsDirs, dir)
+	}
+	return nil
+}
