@@ -11,8 +11,9 @@ const maxCachedPods = 4096
 
 // podDirs remembers where each pod's cgroup directory is, so that the
 // search through the hierarchy (up to maxVisitedDirs directories) runs once
-// per pod, not on every rule check. A remembered directory is trusted only
-// while it still exists; the subtree below it is walked every time, since
+// for all pods, not on every rule check: a miss indexes every pod cgroup
+// of the tree in one walk. A remembered directory is trusted only while it
+// still exists; the subtree below it is walked every time, since
 // containers come and go.
 type podDirs struct {
 	mu   sync.Mutex
@@ -34,12 +35,32 @@ func (c *podDirs) find(root, podUID string) (*PodCgroups, error) {
 		}
 		c.forget(podUID)
 	}
+	if dirs, err := indexPodDirs(root); err == nil {
+		c.putAll(dirs)
+		if dir, ok := c.get(podUID); ok {
+			desc, err := walkSubtree(dir)
+			if err != nil {
+				return nil, err
+			}
+			return &PodCgroups{Root: root, PodUID: podUID, Pod: dir, Descendants: desc}, nil
+		}
+	}
+	// Not indexed (ambiguous, or the index failed): the search says why.
 	cgs, err := FindPodCgroups(root, podUID)
 	if err != nil {
 		return nil, err
 	}
 	c.put(podUID, cgs.Pod)
 	return cgs, nil
+}
+
+// putAll remembers every unambiguous pod directory of an index.
+func (c *podDirs) putAll(index map[string][]string) {
+	for uid, dirs := range index {
+		if len(dirs) == 1 {
+			c.put(uid, dirs[0])
+		}
+	}
 }
 
 func (c *podDirs) get(uid string) (string, bool) {

@@ -47,3 +47,44 @@ func TestPodDirsRemembersAndRevalidates(t *testing.T) {
 		t.Fatal("a gone pod stays remembered")
 	}
 }
+
+func TestPodUIDOf(t *testing.T) {
+	for _, tc := range []struct {
+		name, uid string
+		ok        bool
+	}{
+		{"pod1234-abcd", "1234-abcd", true},
+		{"kubepods-burstable-pod1234_abcd.slice", "1234-abcd", true},
+		{"kubelet-kubepods-pod1234_abcd.slice", "1234-abcd", true},
+		{"burstable", "", false},
+		{"kubepods-burstable.slice", "", false},
+		{"pod", "", false},
+		{"pod../x", "", false},
+	} {
+		uid, ok := podUIDOf(tc.name)
+		if ok != tc.ok || uid != tc.uid {
+			t.Errorf("podUIDOf(%q) = %q, %v; want %q, %v", tc.name, uid, ok, tc.uid, tc.ok)
+		}
+	}
+}
+
+// TestPodDirsIndexesTheTreeOnce: one miss indexes every pod; a pod with two
+// cgroups is not indexed, and its lookup still fails as ambiguous.
+func TestPodDirsIndexesTheTreeOnce(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"kubepods/burstable/podaaa", "kubepods/besteffort/podbbb", "kubepods/podccc", "other/podccc"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c podDirs
+	if _, err := c.find(root, "aaa"); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := c.get("bbb"); !ok || d != filepath.Join(root, "kubepods/besteffort/podbbb") {
+		t.Fatalf("bbb after the first miss = %q, %v; want it indexed", d, ok)
+	}
+	if _, err := c.find(root, "ccc"); err == nil {
+		t.Fatal("a pod with two cgroups was found")
+	}
+}

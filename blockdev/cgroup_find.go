@@ -93,6 +93,56 @@ func isPodCgroupName(name, uid string) bool {
 	return strings.Contains(name, "kubepods") && strings.HasSuffix(name, "-pod"+escaped+".slice")
 }
 
+// podUIDOf returns the pod UID a directory name is the kubelet's cgroup of,
+// for either cgroup driver (see isPodCgroupName).
+func podUIDOf(name string) (string, bool) {
+	if uid, ok := strings.CutPrefix(name, "pod"); ok && validatePodUID(uid) == nil {
+		return uid, true
+	}
+	if !strings.Contains(name, "kubepods") || !strings.HasSuffix(name, ".slice") {
+		return "", false
+	}
+	i := strings.LastIndex(name, "-pod")
+	if i < 0 {
+		return "", false
+	}
+	uid := strings.ReplaceAll(strings.TrimSuffix(name[i+len("-pod"):], ".slice"), "_", "-")
+	return uid, validatePodUID(uid) == nil
+}
+
+// indexPodDirs walks the tree once, with findPodDir's bounds, and lists the
+// cgroup directories of every pod by UID.
+func indexPodDirs(root string) (map[string][]string, error) {
+	index := map[string][]string{}
+	visited := 0
+	queue := []queued{{root, 0}}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		subdirs, err := readSubdirs(cur.path)
+		if err != nil {
+			if cur.path != root && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, err
+		}
+		if visited++; visited > maxVisitedDirs {
+			return nil, fmt.Errorf("index pod cgroups under %q: more than %d directories", root, maxVisitedDirs)
+		}
+		for _, name := range subdirs {
+			p := filepath.Join(cur.path, name)
+			if uid, ok := podUIDOf(name); ok {
+				index[uid] = append(index[uid], p)
+				continue
+			}
+			if cur.depth+1 < maxPodSearchDepth {
+				queue = append(queue, queued{p, cur.depth + 1})
+			}
+		}
+	}
+	return index, nil
+}
+
 type queued struct {
 	path  string
 	depth int

@@ -33,6 +33,8 @@ type inspector struct {
 	rules    blockdev.DeviceRules
 	rulesErr error
 	propErr  error
+	// observedDirs caches observeDir.
+	observedDirs map[string][]mount.Observed
 }
 
 func (in *inspector) hostPath(rel string) string { return in.root.Abs(rel) }
@@ -235,7 +237,7 @@ func trimMountPoint(p, mp string) string {
 }
 
 func (in *inspector) observed(targetDir, name string) (*mount.Observed, error) {
-	all, err := in.attacher.Observe(in.table, targetDir)
+	all, err := in.observeDir(targetDir)
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +247,23 @@ func (in *inspector) observed(targetDir, name string) (*mount.Observed, error) {
 		}
 	}
 	return nil, nil
+}
+
+// observeDir lists a launcher's file binds once per run: every volume of
+// the launcher, and the orphan search, read the same listing.
+func (in *inspector) observeDir(targetDir string) ([]mount.Observed, error) {
+	if got, ok := in.observedDirs[targetDir]; ok {
+		return got, nil
+	}
+	all, err := in.attacher.Observe(in.table, targetDir)
+	if err != nil {
+		return nil, err
+	}
+	if in.observedDirs == nil {
+		in.observedDirs = map[string][]mount.Observed{}
+	}
+	in.observedDirs[targetDir] = all
+	return all, nil
 }
 
 // measure fills the sizes of a live filesystem mount through the agent's

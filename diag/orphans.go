@@ -68,7 +68,7 @@ func (in *inspector) findOrphans(cl *apiView, scope map[string]bool) ([]OrphanEn
 func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry, error) {
 	dir := kubelet.HotplugDisksDir(uid)
 	var out []OrphanEntry
-	imgs, err := in.attacher.Observe(in.table, dir)
+	imgs, err := in.observeDir(dir)
 	if err != nil {
 		return nil, err
 	}

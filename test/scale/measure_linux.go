@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -342,34 +344,44 @@ func (e *env) measureDiag(*agent) error {
 }
 
 // measureStorm toggles volumes of the first VMIs in and out of their spec
-// at a steady rate, then waits for the node to match the final spec.
+// at a steady rate, then waits for the node to match the final spec. The
+// changes come from several writers at once, as from virt-controller's
+// workers, each owning some of the VMIs.
 func (e *env) measureStorm(a *agent) error {
 	if e.opts.storm == 0 {
 		return nil
 	}
 	vms := e.vms[:min(e.opts.stormVMIs, len(e.vms))]
-	removed := map[*vm][]simnode.Volume{}
 	before, err := readProcStat(a.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
 	maxDepth := e.watchQueue(a, e.opts.storm)
+	const writers = 4
+	removed := make([]map[*vm][]simnode.Volume, writers)
+	counts := make([]int, writers)
+	errs := make(chan error, writers)
 	start := time.Now()
-	tick := time.NewTicker(time.Second / time.Duration(e.opts.stormRate))
-	changes := 0
-	for time.Since(start) < e.opts.storm {
-		<-tick.C
-		v := vms[rand.IntN(len(vms))]
-		toggle(v, removed)
-		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
-			tick.Stop()
+	var wg sync.WaitGroup
+	for w := range writers {
+		removed[w] = map[*vm][]simnode.Volume{}
+		wg.Go(func() { errs <- e.stormWriter(vms, w, writers, removed[w], &counts[w]) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
 			return err
 		}
-		changes++
 	}
-	tick.Stop()
 	sent := time.Since(start)
-	if err := waitFor(func() bool { return e.matches(vms, removed) }); err != nil {
+	all := map[*vm][]simnode.Volume{}
+	changes := 0
+	for w := range writers {
+		maps.Copy(all, removed[w])
+		changes += counts[w]
+	}
+	if err := waitFor(func() bool { return e.matches(vms, all) }); err != nil {
 		return fmt.Errorf("converge after the storm: %w", err)
 	}
 	converge := time.Since(start) - sent
@@ -377,7 +389,7 @@ func (e *env) measureStorm(a *agent) error {
 	e.report.add(row{what: fmt.Sprintf("storm: %d changes in %s on %d VMIs (%.0f/s), time to converge after the last", changes, sent.Round(time.Second), len(vms), float64(changes)/sent.Seconds()),
 		unit: "s", runs: []float64{converge.Seconds()},
 		note: fmt.Sprintf("max queue depth %d; agent CPU %.1f s during the storm", <-maxDepth, (after.cpu - before.cpu).Seconds())})
-	for v, vols := range removed { // restore the full node
+	for v, vols := range all { // restore the full node
 		v.vols = append(v.vols, vols...)
 		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
 			return err
@@ -385,6 +397,29 @@ func (e *env) measureStorm(a *agent) error {
 	}
 	_, err = e.waitMounted(a, e.total())
 	return err
+}
+
+// stormWriter changes the VMIs w, w+n, w+2n... at rate/n per second.
+func (e *env) stormWriter(vms []*vm, w, n int, removed map[*vm][]simnode.Volume, count *int) error {
+	var mine []*vm
+	for i := w; i < len(vms); i += n {
+		mine = append(mine, vms[i])
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	tick := time.NewTicker(time.Second * time.Duration(n) / time.Duration(e.opts.stormRate))
+	defer tick.Stop()
+	for start := time.Now(); time.Since(start) < e.opts.storm; {
+		<-tick.C
+		v := mine[rand.IntN(len(mine))]
+		toggle(v, removed)
+		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
+			return err
+		}
+		*count++
+	}
+	return nil
 }
 
 // toggle removes a random volume of v from its spec, or puts one back.
