@@ -177,6 +177,12 @@ func (g *Grower) Measure(t *Table, targetDir, name string) (GrowResult, error) {
 	return g.grow(t, targetDir, name, GrowOptions{})
 }
 
+// Sweep unmounts and removes the temporary mounts an earlier run of the
+// agent left under PrivateDir (killed between a growth's mount and its
+// unmount), as t lists them, and says how many there were. Call it once at
+// start, before any growth.
+func (g *Grower) Sweep(t *Table) (int, error) { return g.sweep(t) }
+
 // Resize runs resize2fs or xfs_growfs and returns its output in the error.
 func (ExecResizer) Resize(fstype, device, mountPoint string) error {
 	return execResize(fstype, device, mountPoint)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -277,4 +279,38 @@ func growImage(target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts Gro
 		return now.Size, fmt.Errorf("grow %q from %d to %d bytes: %w", target.Name(), now.Size, want, err)
 	}
 	return want, nil
+}
+
+// sweep unmounts what an earlier run left under PrivateDir: a growth whose
+// agent was killed between its mount and its unmount leaves the tenant's
+// filesystem mounted there, pinning the device so that a later detach or
+// NodeUnstage fails with EBUSY.
+func (g *Grower) sweep(t *Table) (int, error) {
+	if g.NS == nil || g.PrivateDir == "" {
+		return 0, nil
+	}
+	prefix := filepath.Clean(g.PrivateDir) + "/grow-"
+	var left []string
+	for _, m := range t.Mounts() {
+		if strings.HasPrefix(m.MountPoint, prefix) && !strings.Contains(m.MountPoint[len(prefix):], "/") {
+			left = append(left, m.MountPoint)
+		}
+	}
+	slices.Sort(left)
+	left = slices.Compact(left)
+	var errs []error
+	err := g.NS.Do(func() error {
+		for _, mp := range left {
+			for unix.Unmount(mp, unix.MNT_DETACH) == nil {
+			}
+			if err := os.Remove(mp); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove leftover growth mount point %q: %w", mp, err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(left), errors.Join(errs...)
 }

@@ -14,3 +14,5 @@ func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 func execResize(fstype, device, mountPoint string) error {
 	return fmt.Errorf("resize %s on %q: %w", fstype, device, errors.ErrUnsupported)
 }
+
+func (g *Grower) sweep(*Table) (int, error) { return 0, errors.ErrUnsupported }

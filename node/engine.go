@@ -79,6 +79,16 @@ func (e *Engine) Close() {
 	e.growNS.Close()
 }
 
+// SweepGrowthLeftovers unmounts what a growth of an earlier run left in the
+// private directory (the agent killed mid-growth) and says how many.
+func (e *Engine) SweepGrowthLeftovers() (int, error) {
+	t, err := mount.ReadTable(e.host.MountInfo())
+	if err != nil {
+		return 0, err
+	}
+	return e.grower.Sweep(t)
+}
+
 // Liveness returns the agent's liveness check: it fails once a call in the
 // host namespace has been stuck for longer than limit, so that the
 // kubelet restarts the agent rather than leave it to pile up stuck

@@ -18,6 +18,7 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -262,5 +263,37 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 		for _, o := range obs {
 			_, _ = e.Detach(ctx, snap, l, o)
 		}
+	}
+}
+
+// TestSweepGrowthLeftovers: a growth killed between its mount and its
+// unmount leaves the tenant's filesystem mounted in the private directory,
+// pinning its device; the next start unmounts it.
+func TestSweepGrowthLeftovers(t *testing.T) {
+	testutil.RequiresRoot(t)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	root, private := filepath.Join(dir, "kubelet"), filepath.Join(dir, "grow")
+	must(t, os.MkdirAll(root, 0o755))
+	leftover := filepath.Join(private, "grow-1234")
+	must(t, os.MkdirAll(leftover, 0o700))
+	fs := testutil.NewFilesystem(t, "ext4", 16<<20, leftover)
+	t.Cleanup(func() { _ = unix.Unmount(leftover, unix.MNT_DETACH) })
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: root,
+		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev", PrivateDir: private})
+	must(t, err)
+	defer e.Close()
+	n, err := e.SweepGrowthLeftovers()
+	if err != nil || n != 1 {
+		t.Fatalf("sweep = %d, %v; want 1 leftover", n, err)
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Fatalf("leftover mount point still there: %v", err)
+	}
+	// The device is free again: nothing holds it mounted.
+	t2, err := mount.ReadTable("/proc/self/mountinfo")
+	must(t, err)
+	if got := t2.ByDevice(uint32(unix.Major(fs.Dev(t))), uint32(unix.Minor(fs.Dev(t)))); len(got) != 0 {
+		t.Fatalf("the device is still mounted: %+v", got)
 	}
 }
