@@ -31,15 +31,6 @@ func indexByUID(obj any) ([]string, error) {
 	return []string{string(m.GetUID())}, nil
 }
 
-// DropManagedFields is the informers' transform: managedFields are never
-// read and are a large part of every cached object.
-func DropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
 // TrimClaim is the claim informer's transform: the agent reads only a
 // claim's identity and spec.volumeName, and a node watches every claim of
 // the cluster, so everything else is dropped before it is cached.
@@ -94,8 +85,9 @@ func (a *Agent) setupInformers() error {
 	if err := a.vmiInformer.AddIndexers(cache.Indexers{claimIndex: indexByClaim}); err != nil {
 		return fmt.Errorf("add claim index to vmi informer: %w", err)
 	}
+	transforms := map[string]cache.TransformFunc{"pods": TrimPod, "vmis": TrimVMI}
 	for name, inf := range map[string]cache.SharedIndexInformer{"pods": a.podInformer, "vmis": a.vmiInformer} {
-		if err := inf.SetTransform(DropManagedFields); err != nil {
+		if err := inf.SetTransform(transforms[name]); err != nil {
 			return fmt.Errorf("set transform on %s informer: %w", name, err)
 		}
 		if err := inf.AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {

@@ -8,40 +8,62 @@ import (
 	"time"
 
 	"github.com/hpmount/hpmount/kubevirt"
+	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 )
 
-func TestDropManagedFields(t *testing.T) {
+// TestTrimTransforms: what the informers cache is only what the agent
+// reads; managedFields, a launcher's containers and a VMI's domain are
+// dropped, and decoding and the ownership rules see no difference.
+func TestTrimTransforms(t *testing.T) {
 	mf := []metav1.ManagedFieldsEntry{{Manager: "virt-controller", Operation: metav1.ManagedFieldsOperationUpdate}}
-	pod := launcherPod(func(p *corev1.Pod) { p.ManagedFields = mf })
-	u := vmiObject()
-	u.SetManagedFields(mf)
-	tests := []struct {
-		name string
-		obj  any
-		get  func(any) []metav1.ManagedFieldsEntry
-	}{
-		{"pod", pod, func(o any) []metav1.ManagedFieldsEntry { return o.(*corev1.Pod).ManagedFields }},
-		{"vmi", u, func(o any) []metav1.ManagedFieldsEntry { return o.(*unstructured.Unstructured).GetManagedFields() }},
+	now := metav1.Now()
+	pod := launcherPod(func(p *corev1.Pod) {
+		p.ManagedFields = mf
+		p.DeletionTimestamp = &now
+		p.Spec.Containers = []corev1.Container{{Name: "compute", Image: "virt-launcher", Env: []corev1.EnvVar{{Name: "X", Value: "y"}}}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "compute", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+	})
+	out, err := TrimPod(pod)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, err := DropManagedFields(tt.obj)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if mf := tt.get(out); len(mf) != 0 {
-				t.Fatalf("managedFields kept: %v", mf)
-			}
-		})
+	p := out.(*corev1.Pod)
+	if len(p.ManagedFields) != 0 || len(p.Spec.Containers) != 0 {
+		t.Fatalf("pod kept managedFields or containers: %+v", p)
+	}
+	if r := kubevirt.CheckLauncher(kt.Decode(vmiObject()), testNode, p); r != nil || !kubevirt.PodTerminated(p) || p.UID != launcherUID {
+		t.Fatalf("trimmed launcher judged differently: %v, terminated %v", r, kubevirt.PodTerminated(p))
+	}
+
+	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
+	u.SetManagedFields(mf)
+	_ = unstructured.SetNestedField(u.Object, map[string]any{"devices": map[string]any{"disks": []any{"big"}}}, "spec", "domain")
+	out, err = TrimVMI(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu := out.(*unstructured.Unstructured)
+	if len(tu.GetManagedFields()) != 0 {
+		t.Fatal("vmi kept managedFields")
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(tu.Object, "spec", "domain"); found {
+		t.Fatal("vmi kept spec.domain")
+	}
+	want, got := kt.Decode(u), kt.Decode(tu)
+	if got.UID != want.UID || got.Labels[kubevirt.LabelNodeName] != testNode || len(got.Spec.Volumes) != 1 ||
+		got.Status.VolumeStatusByName("hp") == nil || got.Status.ActivePods[launcherUID] != testNode {
+		t.Fatalf("trimmed vmi decodes to %+v, want what %+v has", got, want)
 	}
 	t.Run("tombstone passes through", func(t *testing.T) {
 		ts := cache.DeletedFinalStateUnknown{Key: "a/b", Obj: pod}
-		if out, err := DropManagedFields(ts); err != nil || out.(cache.DeletedFinalStateUnknown).Key != "a/b" {
-			t.Fatalf("out %v err %v", out, err)
+		for _, tr := range []cache.TransformFunc{TrimPod, TrimVMI} {
+			if out, err := tr(ts); err != nil || out.(cache.DeletedFinalStateUnknown).Key != "a/b" {
+				t.Fatalf("out %v err %v", out, err)
+			}
 		}
 	})
 }

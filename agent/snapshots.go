@@ -64,10 +64,21 @@ func (c *snapshots) store(s Snapshot, start uint64, t time.Time) {
 		return
 	}
 	c.cur, c.curSeq, c.curTime = s, start, t
+	// A node's table is megabytes; it is not kept past its use.
+	time.AfterFunc(snapshotMaxAge, func() { c.expire(s) })
 	for l, seq := range c.changed {
 		if seq <= start {
 			delete(c.changed, l)
 		}
+	}
+}
+
+// expire drops s if it is still the cached snapshot.
+func (c *snapshots) expire(s Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == s {
+		c.cur = nil
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,10 @@ type Engine struct {
 	rules    blockdev.DeviceRules
 	grow     GrowPolicy
 	memo     growMemo
+	// gateMu guards the last propagation verdict.
+	gateMu  sync.Mutex
+	gateAt  time.Time
+	gateErr error
 }
 
 var _ agent.Engine = (*Engine)(nil)
@@ -113,13 +118,26 @@ func (e *Engine) KubeletRoot() kubelet.Root { return e.root }
 // CheckPropagation is the agent's readiness gate: the kubelet's pods
 // directory must be on a shared mount in the host namespace, or mounts made
 // there never reach the launchers' HostToContainer views.
+//
+// A verdict is kept for gateTTL: the probe runs every few seconds, and a
+// read of a node's whole mount table for each would cost more than the
+// reconciles of an idle node.
 func (e *Engine) CheckPropagation(context.Context) error {
-	t, err := mount.ReadTable(e.host.MountInfo())
-	if err != nil {
-		return err
+	e.gateMu.Lock()
+	defer e.gateMu.Unlock()
+	if !e.gateAt.IsZero() && time.Since(e.gateAt) < gateTTL {
+		return e.gateErr
 	}
-	return propagation.CheckShared(t, e.root.Abs(kubelet.PodsDir))
+	t, err := mount.ReadTable(e.host.MountInfo())
+	if err == nil {
+		err = propagation.CheckShared(t, e.root.Abs(kubelet.PodsDir))
+	}
+	e.gateAt, e.gateErr = time.Now(), err
+	return err
 }
+
+// gateTTL is how long a propagation verdict is kept.
+const gateTTL = 30 * time.Second
 
 type tableSnapshot struct{ t *mount.Table }
 

@@ -252,13 +252,22 @@ func readProcStat(pid int) (procStat, error) {
 
 // profile saves the agent's CPU profile over d to path.
 func (a *agent) profile(path string, d time.Duration) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", a.metrics, int(d.Seconds())))
+	return a.save(path, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", a.metrics, int(d.Seconds())))
+}
+
+// heapProfile saves the agent's heap profile to path.
+func (a *agent) heapProfile(path string) error {
+	return a.save(path, fmt.Sprintf("http://%s/debug/pprof/heap", a.metrics))
+}
+
+func (a *agent) save(path, url string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cpu profile: %s", resp.Status)
+		return fmt.Errorf("profile %s: %s", url, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {

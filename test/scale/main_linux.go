@@ -36,6 +36,8 @@ type options struct {
 	scrapeEvery time.Duration
 	agentArgs   []string
 	cpuProfile  string
+	heapProfile string
+	steps       string
 }
 
 func parseFlags() options {
@@ -55,12 +57,14 @@ func parseFlags() options {
 	flag.IntVar(&o.bigVMIs, "big-vmis", 500, "VMIs for the memory measurement (0: skip)")
 	flag.DurationVar(&o.scrapeEvery, "scrape-every", 15*time.Second, "metrics scrape interval during the memory measurement")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "save the agent's CPU profile of the idle window here (runs the agent with --profiling)")
+	flag.StringVar(&o.steps, "steps", "fresh,cold,loaded,big", "measurements to run, in this order")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the agent's heap profile after the idle window here (runs the agent with --profiling)")
 	flag.Func("agent-arg", "one more argument for the agent (repeatable), e.g. --agent-arg=--profiling", func(s string) error {
 		o.agentArgs = append(o.agentArgs, s)
 		return nil
 	})
 	flag.Parse()
-	if o.cpuProfile != "" {
+	if o.cpuProfile != "" || o.heapProfile != "" {
 		o.agentArgs = append(o.agentArgs, "--profiling")
 	}
 	return o

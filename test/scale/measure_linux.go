@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,15 +28,19 @@ func (e *env) total() int { return len(e.vms) * e.opts.volumes }
 
 func (e *env) measureAll() error {
 	steps := []struct {
-		name string
-		fn   func() error
+		key, name string
+		fn        func() error
 	}{
-		{"fresh attach", e.measureFreshAttach},
-		{"cold start", e.measureColdStart},
-		{"loaded node", e.measureLoadedNode},
-		{"500 VMIs", e.measureBig},
+		{"fresh", "fresh attach", e.measureFreshAttach},
+		{"cold", "cold start", e.measureColdStart},
+		{"loaded", "loaded node", e.measureLoadedNode},
+		{"big", fmt.Sprintf("%d VMIs", e.opts.bigVMIs), e.measureBig},
 	}
+	want := strings.Split(e.opts.steps, ",")
 	for _, s := range steps {
+		if !slices.Contains(want, s.key) {
+			continue
+		}
 		fmt.Printf("== %s\n", s.name)
 		if err := s.fn(); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
@@ -298,6 +303,11 @@ func (e *env) measureIdle(a *agent) error {
 	if err != nil {
 		return err
 	}
+	if e.opts.heapProfile != "" {
+		if err := a.heapProfile(e.opts.heapProfile); err != nil {
+			return err
+		}
+	}
 	window := e.opts.idle + 2*time.Second
 	cpu := (after.cpu - before.cpu).Seconds() * 60 / window.Seconds()
 	rec := m1.hist("hpmount_reconcile_duration_seconds").minus(m0.hist("hpmount_reconcile_duration_seconds"))
@@ -506,6 +516,11 @@ func (e *env) measureBig() error {
 		p, _ := readProcStat(a.cmd.Process.Pid)
 		rss = max(rss, float64(p.rss)/(1<<20))
 		heap = max(heap, m.sum("go_memstats_heap_inuse_bytes", nil)/(1<<20))
+	}
+	if e.opts.heapProfile != "" {
+		if err := a.heapProfile(e.opts.heapProfile + ".big"); err != nil {
+			return err
+		}
 	}
 	e.report.add(row{what: fmt.Sprintf("RSS with %d VMIs (%d volumes), scraped every %s", len(e.vms), e.total(), e.opts.scrapeEvery),
 		unit: "MiB", runs: []float64{rss}, target: 64, note: fmt.Sprintf("Go heap in use at most %.0f MiB", heap)})

@@ -1,0 +1,85 @@
+package agent
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// The informers' transforms: a node caches every pod on it and every VMI
+// scheduled to it, and keeps only what the agent reads. A launcher pod's
+// spec (containers, environment, affinity) and a VMI's spec.domain are
+// most of each object; managedFields are never read. Whatever is not
+// recognised passes through unchanged (tombstones, say).
+
+// TrimPod keeps a pod's identity, labels, owners and deletion, its node
+// and volume names (with whether each is an emptyDir), its phase and
+// whether each container has terminated.
+func TrimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, OwnerReferences: p.OwnerReferences, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	for _, v := range p.Spec.Volumes {
+		kept := corev1.Volume{Name: v.Name}
+		if v.EmptyDir != nil {
+			kept.EmptyDir = &corev1.EmptyDirVolumeSource{}
+		}
+		out.Spec.Volumes = append(out.Spec.Volumes, kept)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		kept := corev1.ContainerStatus{Name: cs.Name}
+		if cs.State.Terminated != nil {
+			kept.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: cs.State.Terminated.ExitCode}
+		}
+		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, kept)
+	}
+	return out, nil
+}
+
+// vmiFields are the parts of a VMI the agent reads (kubevirt.VMI) or
+// patches (status.volumeStatus, guarded by a test of its current value).
+var vmiFields = [][]string{
+	{"spec", "volumes"},
+	{"status", "nodeName"},
+	{"status", "phase"},
+	{"status", "activePods"},
+	{"status", "volumeStatus"},
+	{"status", "migrationState"},
+}
+
+// TrimVMI keeps a VMI's identity, labels and the fields of vmiFields.
+func TrimVMI(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(u.GetAPIVersion())
+	out.SetKind(u.GetKind())
+	out.SetNamespace(u.GetNamespace())
+	out.SetName(u.GetName())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetGeneration(u.GetGeneration())
+	out.SetLabels(u.GetLabels())
+	if ts := u.GetDeletionTimestamp(); ts != nil {
+		out.SetDeletionTimestamp(ts)
+	}
+	for _, path := range vmiFields {
+		if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); err == nil && found {
+			if err := unstructured.SetNestedField(out.Object, v, path...); err != nil {
+				return obj, nil // a shape we do not know: keep it whole
+			}
+		}
+	}
+	return out, nil
+}
