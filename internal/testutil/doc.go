@@ -3,5 +3,6 @@
 // loop devices with real ext4 and xfs filesystems, and launcher-like
 // processes that see the host through a slave mount namespace.
 //
-// It is imported only from _test.go files.
+// The primitives themselves live once in internal/sandbox; this package
+// wraps them with testing.TB. It is imported only from _test.go files.
 package testutil

@@ -2,22 +2,21 @@ package testutil
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/hpmount/hpmount/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
 
 // Run runs a command and fails t with its output when it fails.
 func Run(t testing.TB, name string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
+	out, err := sandbox.Run(name, args...)
 	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	return out
 }
 
 // Loop is a loop device over a sparse backing file.
@@ -32,16 +31,11 @@ func NewLoop(t testing.TB, size int64) *Loop {
 	t.Helper()
 	RequiresRoot(t)
 	backing := filepath.Join(t.TempDir(), "backing.img")
-	f, err := os.Create(backing)
+	dev, err := sandbox.NewLoop(backing, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	dev := Run(t, "losetup", "--find", "--show", backing)
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+	t.Cleanup(func() { sandbox.DetachLoop(dev) })
 	return &Loop{Device: dev, Backing: backing}
 }
 
@@ -49,10 +43,9 @@ func NewLoop(t testing.TB, size int64) *Loop {
 // new size, as a storage backend growing a volume would.
 func (l *Loop) Grow(t testing.TB, size int64) {
 	t.Helper()
-	if err := os.Truncate(l.Backing, size); err != nil {
+	if err := sandbox.GrowLoop(l.Device, l.Backing, size); err != nil {
 		t.Fatal(err)
 	}
-	Run(t, "losetup", "--set-capacity", l.Device)
 }
 
 // Dev returns the loop device's device number.
@@ -74,13 +67,11 @@ const MinXFSSize = 300 << 20
 func NewFilesystem(t testing.TB, fstype string, size int64, dir string) *Loop {
 	t.Helper()
 	l := NewLoop(t, size)
-	switch fstype {
-	case "ext4":
-		Run(t, "mkfs.ext4", "-q", "-F", l.Device)
-	case "xfs":
-		Run(t, "mkfs.xfs", "-q", "-f", l.Device)
-	default:
-		t.Fatalf("unknown filesystem type %q", fstype)
+	if fstype == "" {
+		t.Fatal("NewFilesystem needs a filesystem type")
+	}
+	if err := sandbox.Mkfs(l.Device, fstype); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

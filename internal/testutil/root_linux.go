@@ -1,11 +1,10 @@
 package testutil
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
-	"syscall"
 	"testing"
+
+	"github.com/hpmount/hpmount/internal/sandbox"
 )
 
 // RequireRootEnv is set by `make test` (and so by CI): a root test that cannot
@@ -32,21 +31,6 @@ func RequiresRoot(t testing.TB) {
 // nothing a test mounts can reach the machine's own mount table, and exits
 // with the child's status. Otherwise it runs m directly.
 func RunInPrivateMountNamespace(m *testing.M) {
-	if os.Geteuid() != 0 || os.Getenv(inNamespaceEnv) != "" {
-		os.Exit(m.Run())
-	}
-	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), inNamespaceEnv+"=1")
-	// Go makes "/" recursively private in the child before exec when it
-	// unshares a mount namespace.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	if err := cmd.Run(); err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			os.Exit(ee.ExitCode())
-		}
-		fmt.Fprintf(os.Stderr, "re-running tests in a private mount namespace: %v\n", err)
-		os.Exit(2)
-	}
-	os.Exit(0)
+	sandbox.ReexecInPrivateMountNamespace(inNamespaceEnv)
+	os.Exit(m.Run())
 }

@@ -9,7 +9,9 @@
 // against the node. Then it plays virt-controller and the kubelet through six
 // steps: hotplug, attachment-pod replacement, resize after replacement,
 // unplug, an agent crash and VMI deletion. After each step it shows what the
-// launcher sees, `hpmount diag`, a few metrics and the VMI's Events.
+// launcher sees, `hpmount diag`, a few metrics and the VMI's Events. The
+// agent process, the VM model and the waits are test/harness's, shared with
+// the end-to-end tests; this command narrates around them.
 //
 // Everything runs in a private mount namespace of its own; on exit (also on
 // Ctrl-C) the agent is killed, the control plane stopped and the mounts, loop

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hpmount/hpmount/test/cluster"
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -20,11 +20,9 @@ const (
 	nodeName    = "node-1"
 	vmNamespace = "demo"
 	vmName      = "vm1"
-	agentNS     = "hpmount-system"
-	agentSA     = "hpmount"
 	// waitTimeout bounds every wait for the agent; a healthy run needs a
 	// fraction of it.
-	waitTimeout = 30 * time.Second
+	waitTimeout = harness.WaitTimeout
 )
 
 // demo is one control plane, one simulated node, the agent serving it and
@@ -41,7 +39,7 @@ type demo struct {
 	node     *simnode.Node
 	adminKC  string
 	agentKC  string
-	agent    *agentProcess
+	agent    *harness.Agent
 	agentLog string
 	vm       *vm
 
@@ -82,20 +80,13 @@ func (d *demo) run(rbac string) error {
 
 func (d *demo) startControlPlane() error {
 	section("Control plane")
-	dir := filepath.Join(d.workDir, "controlplane")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
-	}
-	c, err := cluster.StartProcess(d.ctx, cluster.Options{WorkDir: dir})
+	c, err := harness.StartControlPlane(d.ctx, filepath.Join(d.workDir, "controlplane"))
 	if err != nil {
-		return fmt.Errorf("start control plane: %w", err)
+		return err
 	}
 	d.cluster = c
 	item("etcd + kube-apiserver at %s, ready in %s", c.Host(), c.ReadyAfter().Round(time.Millisecond))
 	item("certificates, data and logs in %s", c.Dir())
-	if err := c.InstallVMICRD(d.ctx); err != nil {
-		return fmt.Errorf("install VMI CRD: %w", err)
-	}
 	item("VirtualMachineInstance CRD installed (kubevirt.io/v1, no status subresource, as in KubeVirt)")
 	admin := c.AdminConfig()
 	if d.kube, err = kubernetes.NewForConfig(admin); err != nil {
@@ -115,32 +106,17 @@ func (d *demo) startControlPlane() error {
 
 // applyRBAC binds the agent's ClusterRole for real: the agent runs with a
 // token of its ServiceAccount, so a permission it lacks fails the demo.
-func (d *demo) applyRBAC(path string) error {
-	manifest, err := os.ReadFile(path)
+func (d *demo) applyRBAC(rbac string) error {
+	d.agentKC = filepath.Join(d.workDir, "agent.kubeconfig")
+	kinds, err := harness.AgentKubeconfig(d.ctx, d.cluster, d.ctrl, rbac, d.agentKC)
 	if err != nil {
-		return fmt.Errorf("read rbac: %w", err)
-	}
-	if err := d.ctrl.EnsureNamespace(d.ctx, agentNS); err != nil {
 		return err
 	}
-	objs, err := cluster.ApplyManifests(d.ctx, d.cluster.AdminConfig(), manifest, false)
-	if err != nil {
-		return fmt.Errorf("apply %q: %w", path, err)
+	if rbac == "" {
+		rbac = "deploy/rbac.yaml"
 	}
-	cfg, err := d.cluster.ServiceAccountConfig(d.ctx, agentNS, agentSA)
-	if err != nil {
-		return fmt.Errorf("service account token: %w", err)
-	}
-	d.agentKC = filepath.Join(d.workDir, "agent.kubeconfig")
-	if err := cluster.WriteKubeconfig(d.agentKC, cfg); err != nil {
-		return fmt.Errorf("agent kubeconfig: %w", err)
-	}
-	var kinds []string
-	for _, o := range objs {
-		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
-	}
-	item("applied %s: %v", path, kinds)
-	item("the agent authenticates as system:serviceaccount:%s:%s", agentNS, agentSA)
+	item("applied %s: %v", rbac, kinds)
+	item("the agent authenticates as system:serviceaccount:%s:%s", harness.AgentNamespace, harness.AgentServiceAccount)
 	return nil
 }
 
@@ -162,25 +138,16 @@ func (d *demo) startNode() error {
 // process: what virt-controller and the kubelet do before any hotplug.
 func (d *demo) startVM() error {
 	section("VirtualMachineInstance")
-	if err := d.ctrl.EnsureNamespace(d.ctx, vmNamespace); err != nil {
+	hv, err := harness.NewVM(d.ctx, d.ctrl, d.node, vmNamespace, vmName)
+	if err != nil {
 		return err
 	}
-	shell, err := d.ctrl.CreateVMIShell(d.ctx, vmNamespace, vmName, nodeName)
-	if err != nil {
-		return fmt.Errorf("create vmi: %w", err)
-	}
-	v := &vm{d: d, uid: shell.GetUID(), disks: map[string]*simnode.Disk{}, attach: map[string]string{}}
-	if v.launcher, err = d.ctrl.CreateLauncherPod(d.ctx, vmNamespace, vmName, v.uid, nodeName); err != nil {
-		return fmt.Errorf("create launcher pod: %w", err)
-	}
-	if v.l, err = d.node.StartLauncher(string(v.launcher.UID)); err != nil {
-		return fmt.Errorf("start launcher: %w", err)
-	}
+	v := &vm{VM: hv, d: d}
 	d.vm = v
-	item("VMI %s/%s (uid %s) on %s", vmNamespace, vmName, v.uid, nodeName)
-	item("virt-launcher pod %s: process %d in a slave mount namespace, device cgroup denying all block devices", v.launcher.Name, v.l.Pid)
+	item("VMI %s/%s (uid %s) on %s", vmNamespace, vmName, v.UID, nodeName)
+	item("virt-launcher pod %s: process %d in a slave mount namespace, device cgroup denying all block devices", v.Launcher.Name, v.L.Pid)
 	item("its hotplug-disks emptyDir, below called $HP:")
-	item("  HP=%s", strings.Replace(d.node.HotplugDisksDir(string(v.launcher.UID)), d.node.KubeletRoot, "$KUBELET", 1))
+	item("  HP=%s", strings.Replace(d.node.HotplugDisksDir(string(v.Launcher.UID)), d.node.KubeletRoot, "$KUBELET", 1))
 	return nil
 }
 
@@ -204,8 +171,8 @@ func (d *demo) failed(err error) {
 func (d *demo) close(ok bool) {
 	section("Cleanup")
 	if d.agent != nil {
-		d.agent.kill()
-		item("agent (pid %d) killed", d.agent.cmd.Process.Pid)
+		d.agent.Kill()
+		item("agent (pid %d) killed", d.agent.Pid())
 	}
 	if d.node != nil {
 		d.node.Close()
@@ -230,34 +197,11 @@ func (d *demo) close(ok bool) {
 	item("agent log kept: %s", d.agentLog)
 }
 
-// eventually retries f every 100ms until it succeeds, timeout passes or
-// the demo is interrupted.
+// eventually retries f until it succeeds, timeout passes or the demo is
+// interrupted.
 func (d *demo) eventually(what string, timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		var stop *stopError
-		if errors.As(err, &stop) {
-			return fmt.Errorf("%s: %w", what, stop.err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %s: %w", what, timeout, err)
-		}
-		select {
-		case <-d.ctx.Done():
-			return fmt.Errorf("%s: %w", what, d.ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return harness.Eventually(d.ctx, what, timeout, f)
 }
-
-// stopError ends an eventually at once: waiting longer cannot help.
-type stopError struct{ err error }
-
-func (e *stopError) Error() string { return e.err.Error() }
 
 // sleep waits d or until the demo is interrupted.
 func (d *demo) sleep(dur time.Duration) error {

@@ -39,12 +39,6 @@ func run(ctx context.Context, binary, rbac string) int {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 2
 	}
-	if rbac == "" {
-		if rbac, err = findRepoFile(filepath.Join("deploy", "rbac.yaml")); err != nil {
-			fmt.Fprintln(os.Stderr, "demo:", err)
-			return 2
-		}
-	}
 	d, err := newDemo(ctx, binary)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -84,23 +78,4 @@ func checkBinary(binary string) (string, error) {
 		return "", fmt.Errorf("binary %q is not an executable file", abs)
 	}
 	return abs, nil
-}
-
-// findRepoFile looks for rel in the working directory and its parents.
-func findRepoFile(rel string) (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, rel)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%s not found in %q or its parents: run from the repository or pass --rbac", rel, dir)
-		}
-		dir = parent
-	}
 }

@@ -50,7 +50,7 @@ func heading(n, total int, name, notice string) {
 // $KUBELET.
 func (d *demo) short(s string) string {
 	if d.vm != nil {
-		s = strings.ReplaceAll(s, d.node.HotplugDisksDir(string(d.vm.launcher.UID)), "$HP")
+		s = strings.ReplaceAll(s, d.node.HotplugDisksDir(string(d.vm.Launcher.UID)), "$HP")
 	}
 	if d.node != nil {
 		s = strings.ReplaceAll(s, d.node.KubeletRoot, "$KUBELET")
@@ -76,8 +76,8 @@ func (d *demo) show() error {
 // showLauncher lists hotplug-disks and its mounts from inside the
 // launcher's mount namespace, and the block devices its cgroup allows.
 func (d *demo) showLauncher() error {
-	l := d.vm.l
-	hp := d.node.HotplugDisksDir(string(d.vm.launcher.UID))
+	l := d.vm.L
+	hp := d.node.HotplugDisksDir(string(d.vm.Launcher.UID))
 	out, err := l.Exec(fmt.Sprintf("ls -ln %s && echo ---- && cat /proc/self/mountinfo", hp))
 	if err != nil {
 		return fmt.Errorf("look into the launcher: %w: %s", err, out)
@@ -190,12 +190,12 @@ func mib(v float64) string {
 }
 
 func (d *demo) showMetrics() error {
-	text, err := d.agent.scrape()
+	text, err := d.agent.Scrape()
 	if err != nil {
 		return fmt.Errorf("scrape the agent: %w", err)
 	}
 	lines := metricLines(text)
-	sub(fmt.Sprintf("metrics (http://%s/metrics, non-zero samples of hpmount_volumes, _mount_operations_total, _volume_*_size_bytes, _filesystem_expansions_total)", d.agent.metricsAddr))
+	sub(fmt.Sprintf("metrics (http://%s/metrics, non-zero samples of hpmount_volumes, _mount_operations_total, _volume_*_size_bytes, _filesystem_expansions_total)", d.agent.MetricsAddr))
 	if len(lines) == 0 {
 		lines = []string{"(none)"}
 	}

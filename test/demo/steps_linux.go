@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -30,14 +31,14 @@ type step struct {
 // walk runs the steps in order; after each it shows the node's state.
 func (d *demo) walk() error {
 	steps := []step{
-		{"hotplug an ext4 filesystem volume and a block volume",
+		{"hotplug an xfs filesystem volume and a block volume",
 			"the file disk.img (not its directory) is bind-mounted onto $HP/data.img; $HP/raw is a device node allowed in the launcher's device cgroup.",
 			d.stepHotplug},
-		{"hotplug a second volume (xfs, 320 MiB): the attachment pod is replaced",
+		{"hotplug a second volume (ext4, 64 MiB): the attachment pod is replaced",
 			"the old attachment pod's CSI mount of data is gone, yet $HP/data.img keeps the same mount id: the launcher's bind holds the filesystem.",
 			d.stepReplace},
-		{"resize after the replacement: grow second to 480 MiB",
-			"no CSI NodeExpandVolume is involved: the agent finds the filesystem under the launcher's bind by major:minor (as it must for data, whose CSI mount is gone) and grows it online.",
+		{"resize after the replacement: grow data to 480 MiB",
+			"no CSI NodeExpandVolume can run for data any more, its CSI mount is gone: the agent finds the filesystem under the launcher's bind by major:minor and grows it online. (A volume still published, like second, is left to the kubelet's NodeExpandVolume.)",
 			d.stepResize},
 		{"unplug the block volume",
 			"only $HP/raw and its device-cgroup rule go; the filesystem volumes keep their mount ids.",
@@ -67,7 +68,7 @@ func (d *demo) walk() error {
 func (d *demo) stepHotplug(st *walkState) error {
 	v := d.vm
 	var err error
-	if st.data, err = v.addVolume("data", "ext4", 64<<20); err != nil {
+	if st.data, err = v.addVolume("data", "xfs", 320<<20); err != nil {
 		return err
 	}
 	if st.raw, err = v.addVolume("raw", "", 32<<20); err != nil {
@@ -106,7 +107,7 @@ func (d *demo) stepHotplug(st *walkState) error {
 func (d *demo) stepReplace(st *walkState) error {
 	v := d.vm
 	var err error
-	if st.second, err = v.addVolume("second", "xfs", 320<<20); err != nil {
+	if st.second, err = v.addVolume("second", "ext4", 64<<20); err != nil {
 		return err
 	}
 	// KubeVirt: a new pod for the new set, the old one deleted; the kubelet
@@ -116,14 +117,14 @@ func (d *demo) stepReplace(st *walkState) error {
 		return err
 	}
 	for _, vol := range []simnode.Volume{st.data, st.raw} {
-		if err := v.unpublish(string(st.hp1.UID), vol); err != nil {
+		if err := v.unpublish(st.hp1.UID, vol); err != nil {
 			return err
 		}
 	}
 	if err := v.deletePod(st.hp1); err != nil {
 		return err
 	}
-	v.attach[st.data.Name] = string(st.hp2.UID)
+	v.Attach[st.data.Name] = st.hp2.UID
 	item("old attachment pod %s deleted; kubelet unmounted its CSI mount of data", st.hp1.Name)
 	if err := v.apply(); err != nil {
 		return err
@@ -158,7 +159,7 @@ func (d *demo) stepReplace(st *walkState) error {
 // sameMountIDs checks that filesystem volumes still carry the given mounts.
 func (d *demo) sameMountIDs(want map[string]int) error {
 	for name, id := range want {
-		got, err := d.vm.mountID(d.vm.vol(name))
+		got, err := d.vm.MountID(d.vm.Vol(name))
 		if err != nil {
 			return err
 		}
@@ -173,16 +174,16 @@ func (d *demo) sameMountIDs(want map[string]int) error {
 // onlyMountIsBind checks that the launcher's bind is the last mount of a
 // volume's filesystem on the host.
 func (d *demo) onlyMountIsBind(vol simnode.Volume) error {
-	maj, min, err := d.vm.disks[vol.Name].Rdev()
+	maj, min, err := d.vm.Disks[vol.Name].Rdev()
 	if err != nil {
 		return err
 	}
-	t, err := hostTable()
+	t, err := harness.HostTable()
 	if err != nil {
 		return err
 	}
 	ms := t.ByDevice(maj, min)
-	if len(ms) != 1 || ms[0].MountPoint != d.vm.target(vol) {
+	if len(ms) != 1 || ms[0].MountPoint != d.vm.Target(vol) {
 		var where []string
 		for _, m := range ms {
 			where = append(where, d.short(m.MountPoint))
@@ -195,31 +196,31 @@ func (d *demo) onlyMountIsBind(vol simnode.Volume) error {
 
 func (d *demo) stepResize(st *walkState) error {
 	v := d.vm
-	before, err := d.launcherStatfs(st.second)
+	before, err := d.launcherStatfs(st.data)
 	if err != nil {
 		return err
 	}
-	disk := v.disks[st.second.Name]
+	disk := v.Disks[st.data.Name]
 	const newSize = 480 << 20
 	if err := disk.Grow(newSize); err != nil {
 		return fmt.Errorf("grow %s: %w", disk.Device, err)
 	}
 	item("storage backend grew %s to %d MiB (losetup --set-capacity)", disk.Device, newSize>>20)
-	v.setCapacity(st.second.Name, newSize)
+	v.SetCapacity(st.data.Name, newSize)
 	if err := v.apply(); err != nil {
 		return err
 	}
-	if err := d.waitEvent("FilesystemExpanded", "second"); err != nil {
+	if err := d.waitEvent("FilesystemExpanded", "data"); err != nil {
 		return err
 	}
-	after, err := d.launcherStatfs(st.second)
+	after, err := d.launcherStatfs(st.data)
 	if err != nil {
 		return err
 	}
 	if after.bytes <= before.bytes {
-		return fmt.Errorf("filesystem of second did not grow in the launcher: %d bytes before, %d after", before.bytes, after.bytes)
+		return fmt.Errorf("filesystem of data did not grow in the launcher: %d bytes before, %d after", before.bytes, after.bytes)
 	}
-	sub("statfs through the launcher (df -h $HP/second.img), before and after")
+	sub("statfs through the launcher (df -h $HP/data.img), before and after")
 	block(d.short(before.df + "\n" + after.df[strings.IndexByte(after.df, '\n')+1:]))
 	ok("the launcher sees %s of filesystem, was %s", mib(float64(after.bytes)), mib(float64(before.bytes)))
 	return d.sameMountIDs(map[string]int{"data": st.dataID})
@@ -233,8 +234,8 @@ type statfs struct {
 // launcherStatfs asks, inside the launcher, for the filesystem size behind a
 // volume's entry: what the guest's disk.img lives on.
 func (d *demo) launcherStatfs(vol simnode.Volume) (statfs, error) {
-	t := d.vm.target(vol)
-	out, err := d.vm.l.Exec(fmt.Sprintf("stat -f -c '%%S %%b' %s && df -h %s", t, t))
+	t := d.vm.Target(vol)
+	out, err := d.vm.L.Exec(fmt.Sprintf("stat -f -c '%%S %%b' %s && df -h %s", t, t))
 	if err != nil {
 		return statfs{}, fmt.Errorf("statfs %s in the launcher: %w", vol.Name, err)
 	}
@@ -253,15 +254,15 @@ func (d *demo) launcherStatfs(vol simnode.Volume) (statfs, error) {
 
 func (d *demo) stepUnplug(st *walkState) error {
 	v := d.vm
-	secondID, err := v.mountID(st.second)
+	secondID, err := v.MountID(st.second)
 	if err != nil {
 		return err
 	}
-	maj, min, err := v.disks[st.raw.Name].Rdev()
+	maj, min, err := v.Disks[st.raw.Name].Rdev()
 	if err != nil {
 		return err
 	}
-	v.removeVolume(st.raw.Name)
+	v.RemoveVolume(st.raw.Name)
 	if err := v.apply(); err != nil {
 		return err
 	}
@@ -274,7 +275,7 @@ func (d *demo) stepUnplug(st *walkState) error {
 	}
 	rule := fmt.Sprintf("b %d:%d ", maj, min)
 	if err := d.eventually("device rule of raw removed", waitTimeout, func() error {
-		list, err := os.ReadFile(v.l.Cgroup + "/devices.list")
+		list, err := os.ReadFile(v.L.Cgroup + "/devices.list")
 		if err != nil {
 			return err
 		}
@@ -286,7 +287,7 @@ func (d *demo) stepUnplug(st *walkState) error {
 		return err
 	}
 	ok("the launcher's device cgroup no longer allows %s", strings.TrimSpace(rule))
-	if err := v.unpublish(string(st.hp2.UID), st.raw); err != nil {
+	if err := v.unpublish(st.hp2.UID, st.raw); err != nil {
 		return err
 	}
 	item("kubelet unpublished raw from %s", st.hp2.Name)
@@ -297,7 +298,7 @@ func (d *demo) stepRestart(st *walkState) error {
 	v := d.vm
 	ids := map[string]int{}
 	for _, vol := range []simnode.Volume{st.data, st.second} {
-		id, err := v.mountID(vol)
+		id, err := v.MountID(vol)
 		if err != nil {
 			return err
 		}
@@ -309,11 +310,11 @@ func (d *demo) stepRestart(st *walkState) error {
 	}
 	mounted := countReason(evs, "VolumeMounted")
 	old := d.agent
-	if err := old.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := old.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill agent: %w", err)
 	}
-	<-old.done
-	item("agent pid %d: %v", old.cmd.Process.Pid, old.cmd.ProcessState)
+	<-old.Done()
+	item("agent pid %d: %v", old.Cmd.Process.Pid, old.Cmd.ProcessState)
 	if err := d.startAgent(); err != nil {
 		return err
 	}
@@ -337,7 +338,7 @@ func (d *demo) stepRestart(st *walkState) error {
 // noChangingOps checks the restarted agent's counters: every engine call
 // reported "unchanged" (or "not-published").
 func (d *demo) noChangingOps() error {
-	text, err := d.agent.scrape()
+	text, err := d.agent.Scrape()
 	if err != nil {
 		return err
 	}
@@ -369,13 +370,13 @@ func (d *demo) stepDelete(st *walkState) error {
 			return err
 		}
 	}
-	entries, err := os.ReadDir(d.node.HotplugDisksDir(string(v.launcher.UID)))
+	entries, err := os.ReadDir(d.node.HotplugDisksDir(string(v.Launcher.UID)))
 	if err != nil || len(entries) != 0 {
 		return fmt.Errorf("hotplug-disks still holds %v (%v)", entries, err)
 	}
 	ok("$HP is empty: data and second unmounted and removed")
 	return d.eventually("per-volume metrics of the VMI deleted", waitTimeout, func() error {
-		text, err := d.agent.scrape()
+		text, err := d.agent.Scrape()
 		if err != nil {
 			return err
 		}

@@ -4,4 +4,6 @@
 // and xfs filesystems and block devices on loop devices, launcher processes
 // in slave mount namespaces and real device cgroups. The test plays
 // virt-controller and the kubelet; the agent is the process under test.
+// The agent process, the VM model and the waits are test/harness's; this
+// package wraps them so that a failure fails the running step.
 package e2e

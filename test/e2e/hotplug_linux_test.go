@@ -25,12 +25,12 @@ func TestHotplugLifecycle(t *testing.T) {
 	e.step("hotplug filesystem and block volume", func(t *testing.T) {
 		dataMount = v.waitMounted(data)
 		v.waitNode(raw)
-		v.roundTripFile(t, data, "hpmount-fs-pattern")
-		v.roundTripBlock(t, raw, "hpmount-block-pattern")
-		e.waitEvent(v.ns, v.name, "VolumeMounted", "data")
-		e.waitEvent(v.ns, v.name, "VolumeMounted", "raw")
+		v.roundTrip(t, data, "hpmount-fs-pattern")
+		v.roundTrip(t, raw, "hpmount-block-pattern")
+		e.waitEvent(v.NS, v.Name, "VolumeMounted", "data")
+		e.waitEvent(v.NS, v.Name, "VolumeMounted", "raw")
 		var st unix.Stat_t
-		if err := unix.Stat(v.target(data), &st); err != nil || st.Uid != 107 || st.Gid != 107 {
+		if err := unix.Stat(v.Target(data), &st); err != nil || st.Uid != 107 || st.Gid != 107 {
 			t.Fatalf("disk image owner %d:%d (%v), want 107:107", st.Uid, st.Gid, err)
 		}
 		e.eventually("volumeStatus MountedToPod", 30*time.Second, func() error {
@@ -39,14 +39,14 @@ func TestHotplugLifecycle(t *testing.T) {
 	})
 
 	e.step("unplug block volume leaves the other untouched", func(t *testing.T) {
-		v.removeVolume("raw")
+		v.RemoveVolume("raw")
 		v.apply()
 		v.waitGoneNode(raw)
-		e.waitEvent(v.ns, v.name, "VolumeUnmounted", "raw")
+		e.waitEvent(v.NS, v.Name, "VolumeUnmounted", "raw")
 		if id := v.waitMounted(data); id != dataMount {
 			t.Fatalf("data was remounted: mount id %d, was %d", id, dataMount)
 		}
-		v.roundTripFile(t, data, "still-here-after-unplug")
+		v.roundTrip(t, data, "still-here-after-unplug")
 	})
 
 	second := v.addVolume("second", "xfs", 320<<20)
@@ -60,45 +60,45 @@ func TestHotplugLifecycle(t *testing.T) {
 		if id := v.waitMounted(data); id != dataMount {
 			t.Fatalf("data was remounted after the attachment pod was replaced: %d, was %d", id, dataMount)
 		}
-		v.roundTripFile(t, data, "after-replacement")
-		v.roundTripFile(t, second, "second-volume")
+		v.roundTrip(t, data, "after-replacement")
+		v.roundTrip(t, second, "second-volume")
 	})
 
 	e.step("agent restart adopts without a mount syscall", func(t *testing.T) {
 		before := e.table()
 		ids := map[string]int{}
 		for _, vol := range []simnodeVolume{data, second} {
-			top, _ := before.Top(v.target(vol))
+			top, _ := before.Top(v.Target(vol))
 			ids[vol.Name] = top.ID
 		}
-		mountedEvents := countReason(e.events(v.ns, v.name), "VolumeMounted")
-		if err := e.agent.cmd.Process.Signal(unix.SIGKILL); err != nil {
+		mountedEvents := countReason(e.events(v.NS, v.Name), "VolumeMounted")
+		if err := e.agent.Cmd.Process.Signal(unix.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		<-e.agent.done
+		<-e.agent.Done()
 		e.startAgent()
 		time.Sleep(5 * time.Second) // two resyncs
 		after := e.table()
 		for name, id := range ids {
 			vol := v.vol(name)
-			top, n := after.Top(v.target(vol))
+			top, n := after.Top(v.Target(vol))
 			if top == nil || top.ID != id || n != 1 {
 				t.Fatalf("%s after restart: top %+v, %d mounts; was mount %d", name, top, n, id)
 			}
 		}
-		if got := countReason(e.events(v.ns, v.name), "VolumeMounted"); got != mountedEvents {
+		if got := countReason(e.events(v.NS, v.Name), "VolumeMounted"); got != mountedEvents {
 			t.Fatalf("restart produced %d new VolumeMounted events", got-mountedEvents)
 		}
 		e.assertNoChangingOps(t)
 	})
 
 	e.step("deleting the VMI cleans everything", func(t *testing.T) {
-		if err := e.ctrl.DeleteVMI(e.ctx, v.ns, v.name); err != nil {
+		if err := e.ctrl.DeleteVMI(e.ctx, v.NS, v.Name); err != nil {
 			t.Fatal(err)
 		}
 		v.waitGone(data)
 		v.waitGone(second)
-		entries, err := os.ReadDir(e.node.HotplugDisksDir(string(v.launcher.UID)))
+		entries, err := os.ReadDir(e.node.HotplugDisksDir(string(v.Launcher.UID)))
 		if err != nil || len(entries) != 0 {
 			t.Fatalf("hotplug-disks still holds %v (%v)", entries, err)
 		}
@@ -119,7 +119,7 @@ func countReason(events []eventT, reason string) int {
 // since it started reported "unchanged" (or "not-published").
 func (e *env) assertNoChangingOps(t *testing.T) {
 	t.Helper()
-	text, err := e.agent.scrape()
+	text, err := e.agent.Scrape()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func (e *env) assertNoChangingOps(t *testing.T) {
 }
 
 func (v *vm) phaseIs(volume, phase, reason string) error {
-	obj, err := v.e.dyn.Resource(vmiResource).Namespace(v.ns).Get(v.e.ctx, v.name, getOpts)
+	obj, err := v.e.dyn.Resource(vmiResource).Namespace(v.NS).Get(v.e.ctx, v.Name, getOpts)
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (v *vm) phaseIs(volume, phase, reason string) error {
 }
 
 func (v *vm) vol(name string) simnodeVolume {
-	for _, vol := range v.vols {
+	for _, vol := range v.Vols {
 		if vol.Name == name {
 			return vol
 		}
@@ -165,7 +165,7 @@ func (v *vm) vol(name string) simnodeVolume {
 func (v *vm) waitGoneNode(vol simnodeVolume) {
 	v.e.t.Helper()
 	v.e.eventually("node "+vol.Name+" removed", 60*time.Second, func() error {
-		if _, err := os.Lstat(v.target(vol)); err == nil {
+		if _, err := os.Lstat(v.Target(vol)); err == nil {
 			return fmt.Errorf("still there")
 		}
 		return nil
@@ -188,27 +188,27 @@ func TestCleanupWhileAgentDown(t *testing.T) {
 
 	// SIGTERM: the agent stops cleanly and leaves every mount in place.
 	ids := map[string]int{}
-	top, _ := e.table().Top(v.target(data))
+	top, _ := e.table().Top(v.Target(data))
 	ids["data"] = top.ID
-	if err := e.agent.cmd.Process.Signal(unix.SIGTERM); err != nil {
+	if err := e.agent.Cmd.Process.Signal(unix.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-e.agent.done
-	if st := e.agent.cmd.ProcessState; st == nil || !st.Success() {
+	<-e.agent.Done()
+	if st := e.agent.Cmd.ProcessState; st == nil || !st.Success() {
 		t.Fatalf("agent did not exit cleanly on SIGTERM: %v", st)
 	}
-	if top, n := e.table().Top(v.target(data)); top == nil || top.ID != ids["data"] || n != 1 {
+	if top, n := e.table().Top(v.Target(data)); top == nil || top.ID != ids["data"] || n != 1 {
 		t.Fatalf("SIGTERM disturbed the mount: %+v, %d mounts", top, n)
 	}
-	if _, err := os.Lstat(v.target(raw)); err != nil {
+	if _, err := os.Lstat(v.Target(raw)); err != nil {
 		t.Fatalf("SIGTERM removed the block node: %v", err)
 	}
-	if err := e.ctrl.DeleteVMI(e.ctx, v.ns, v.name); err != nil {
+	if err := e.ctrl.DeleteVMI(e.ctx, v.NS, v.Name); err != nil {
 		t.Fatal(err)
 	}
 	// Grace period 0: the pod object goes at once, as after the kubelet
 	// confirmed its containers stopped.
-	if err := e.kube.CoreV1().Pods(v.ns).Delete(e.ctx, v.launcher.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+	if err := e.kube.CoreV1().Pods(v.NS).Delete(e.ctx, v.Launcher.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 	e.startAgent()

@@ -28,10 +28,10 @@ func TestRefusals(t *testing.T) {
 		stolen := thief.addVolume("stolen", "ext4", 64<<20)
 		// Claims the owner's attachment pod, which publishes the owner's
 		// disk under the same PV layout it would use.
-		thief.attach["stolen"] = owner.attach["data"]
+		thief.Attach["stolen"] = owner.Attach["data"]
 		thief.apply()
-		e.waitEvent(thief.ns, thief.name, "HotplugRefused", "not controlled by virt-launcher pod")
-		assertEmpty(t, e.node.HotplugDisksDir(string(thief.launcher.UID)))
+		e.waitEvent(thief.NS, thief.Name, "HotplugRefused", "not controlled by virt-launcher pod")
+		assertEmpty(t, e.node.HotplugDisksDir(string(thief.Launcher.UID)))
 		_ = stolen
 	})
 
@@ -41,24 +41,24 @@ func TestRefusals(t *testing.T) {
 		v.newAttachmentPod(vol)
 		// The launcher pod really runs on node-2, but the VMI claims this
 		// node: the agent must not act for a pod it does not host.
-		pod, err := e.kube.CoreV1().Pods(v.ns).Get(e.ctx, v.launcher.Name, metav1.GetOptions{})
+		pod, err := e.kube.CoreV1().Pods(v.NS).Get(e.ctx, v.Launcher.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.kube.CoreV1().Pods(v.ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		if err := e.kube.CoreV1().Pods(v.NS).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		moved, err := e.ctrl.CreateLauncherPod(e.ctx, v.ns, v.name, v.uid, "node-2")
+		moved, err := e.ctrl.CreateLauncherPod(e.ctx, v.NS, v.Name, v.UID, "node-2")
 		if err != nil {
 			t.Fatal(err)
 		}
-		v.launcher = moved
-		v.launcherNode = "node-2"
+		v.Launcher = moved
+		v.LauncherNode = "node-2"
 		if err := os.MkdirAll(e.node.HotplugDisksDir(string(moved.UID)), 0o777); err != nil {
 			t.Fatal(err)
 		}
 		v.apply()
-		e.waitEvent(v.ns, v.name, "HotplugRefused", "node-2")
+		e.waitEvent(v.NS, v.Name, "HotplugRefused", "node-2")
 		time.Sleep(2 * time.Second)
 		assertEmpty(t, e.node.HotplugDisksDir(string(moved.UID)))
 	})
@@ -67,18 +67,18 @@ func TestRefusals(t *testing.T) {
 		v := e.newVM("tenant-b", "hostile")
 		for _, name := range []string{"../../../../etc", "a/b", ".."} {
 			vol := simnode.Volume{Name: name, Claim: "hostile-pvc", PV: "pvc-hostile", Capacity: "64Mi"}
-			v.vols = append(v.vols, vol)
+			v.Vols = append(v.Vols, vol)
 		}
 		d := v.addVolume("fine", "ext4", 64<<20)
 		pod := v.newAttachmentPod(d)
-		for _, vol := range v.vols {
-			v.attach[vol.Name] = pod.UID
+		for _, vol := range v.Vols {
+			v.Attach[vol.Name] = pod.UID
 		}
 		v.apply()
-		e.waitEvent(v.ns, v.name, "HotplugRefused", "../../../../etc")
+		e.waitEvent(v.NS, v.Name, "HotplugRefused", "../../../../etc")
 		// The well-formed volume next to them is served.
 		v.waitMounted(d)
-		entries, err := os.ReadDir(e.node.HotplugDisksDir(string(v.launcher.UID)))
+		entries, err := os.ReadDir(e.node.HotplugDisksDir(string(v.Launcher.UID)))
 		if err != nil || len(entries) != 1 || entries[0].Name() != "fine.img" {
 			t.Fatalf("hotplug-disks holds %v (%v), want only fine.img", entries, err)
 		}
@@ -96,13 +96,13 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		v.apply()
-		e.waitEvent(v.ns, v.name, "HotplugRefused", "symlink")
+		e.waitEvent(v.NS, v.Name, "HotplugRefused", "symlink")
 		time.Sleep(time.Second)
-		assertEmpty(t, e.node.HotplugDisksDir(string(v.launcher.UID)))
+		assertEmpty(t, e.node.HotplugDisksDir(string(v.Launcher.UID)))
 	})
 
 	e.step("refusals are counted", func(t *testing.T) {
-		text, err := e.agent.scrape()
+		text, err := e.agent.Scrape()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,20 +47,20 @@ func TestResizeAfterReplacement(t *testing.T) {
 	})
 
 	e.step("agent restarts while no pod publishes the volumes", func(t *testing.T) {
-		e.agent.cmd.Process.Signal(unix.SIGKILL)
-		<-e.agent.done
+		e.agent.Cmd.Process.Signal(unix.SIGKILL)
+		<-e.agent.Done()
 		e.startAgent()
 	})
 
 	e.step("xfs grows online through the launcher's mount", func(t *testing.T) {
 		before := v.launcherStatfs(t, xfs)
-		if err := v.disks["xfsvol"].Grow(480 << 20); err != nil {
+		if err := v.Disks["xfsvol"].Grow(480 << 20); err != nil {
 			t.Fatal(err)
 		}
-		v.setRequest("xfsvol", 480<<20)
+		v.SetRequest("xfsvol", 480<<20)
 		v.apply()
-		e.waitEvent(v.ns, v.name, "FilesystemExpanded", "xfsvol")
-		for _, ev := range e.events(v.ns, v.name) {
+		e.waitEvent(v.NS, v.Name, "FilesystemExpanded", "xfsvol")
+		for _, ev := range e.events(v.NS, v.Name) {
 			if ev.Reason == "ShrinkIgnored" {
 				t.Fatalf("growth was reported as a shrink: %s", ev.Message)
 			}
@@ -72,7 +72,7 @@ func TestResizeAfterReplacement(t *testing.T) {
 		if got := v.sumThroughLauncher(t, xfs); got != sums["xfsvol"] {
 			t.Fatalf("data changed: %s, was %s", got, sums["xfsvol"])
 		}
-		if _, n := e.table().Top(v.target(xfs)); n != 1 {
+		if _, n := e.table().Top(v.Target(xfs)); n != 1 {
 			t.Fatalf("%d mounts on the target", n)
 		}
 		v.assertDiskImageSize(t, xfs, 480<<20)
@@ -81,21 +81,21 @@ func TestResizeAfterReplacement(t *testing.T) {
 	e.step("ext4 growth: EPERM without CAP_SYS_RESOURCE is reported, nothing lost", func(t *testing.T) {
 		id := v.waitMounted(ext)
 		before := v.launcherStatfs(t, ext)
-		if err := v.disks["extvol"].Grow(256 << 20); err != nil {
+		if err := v.Disks["extvol"].Grow(256 << 20); err != nil {
 			t.Fatal(err)
 		}
-		v.setCapacity("extvol", 256<<20)
+		v.SetCapacity("extvol", 256<<20)
 		v.apply()
 		if hasCapSysResource(t) {
 			// A node with the capability (a real privileged DaemonSet)
 			// grows ext4 like xfs.
-			e.waitEvent(v.ns, v.name, "FilesystemExpanded", "extvol")
+			e.waitEvent(v.NS, v.Name, "FilesystemExpanded", "extvol")
 			if after := v.launcherStatfs(t, ext); after <= before {
 				t.Fatalf("ext4 not grown: %d, was %d", after, before)
 			}
 			return
 		}
-		ev := e.waitEvent(v.ns, v.name, "FilesystemExpansionFailed", "extvol")
+		ev := e.waitEvent(v.NS, v.Name, "FilesystemExpansionFailed", "extvol")
 		if !strings.Contains(ev.Message, "CAP_SYS_RESOURCE") {
 			t.Fatalf("event does not name the capability: %s", ev.Message)
 		}
@@ -115,20 +115,20 @@ func TestResizeAfterReplacement(t *testing.T) {
 
 	e.step("shrink is ignored with a warning", func(t *testing.T) {
 		before := v.launcherStatfs(t, xfs)
-		v.setCapacity("xfsvol", 200<<20)
+		v.SetCapacity("xfsvol", 200<<20)
 		v.apply()
-		e.waitEvent(v.ns, v.name, "ShrinkIgnored", "xfsvol")
+		e.waitEvent(v.NS, v.Name, "ShrinkIgnored", "xfsvol")
 		if after := v.launcherStatfs(t, xfs); after != before {
 			t.Fatalf("size changed %d -> %d", before, after)
 		}
 	})
 
 	e.step("block volume: growth is seen, a new device replaces the node", func(t *testing.T) {
-		if err := v.disks["blkvol"].Grow(96 << 20); err != nil {
+		if err := v.Disks["blkvol"].Grow(96 << 20); err != nil {
 			t.Fatal(err)
 		}
 		e.eventually("launcher sees 96 MiB", 30*time.Second, func() error {
-			out, err := v.l.Exec("blockdev --getsize64 " + v.target(blk))
+			out, err := v.L.Exec("blockdev --getsize64 " + v.Target(blk))
 			if err != nil {
 				return err
 			}
@@ -143,8 +143,8 @@ func TestResizeAfterReplacement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v.disks["blkvol"] = moved
-		pod := string(v.attach["blkvol"])
+		v.Disks["blkvol"] = moved
+		pod := string(v.Attach["blkvol"])
 		if err := e.node.UnpublishBlock(pod, blk.PV); err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestResizeAfterReplacement(t *testing.T) {
 		_, minor, _ := moved.Rdev()
 		e.eventually("node follows the new device", 30*time.Second, func() error {
 			var st unix.Stat_t
-			if err := unix.Stat(v.target(blk), &st); err != nil {
+			if err := unix.Stat(v.Target(blk), &st); err != nil {
 				return err
 			}
 			if unix.Minor(st.Rdev) != minor {
@@ -162,12 +162,12 @@ func TestResizeAfterReplacement(t *testing.T) {
 			}
 			return nil
 		})
-		v.roundTripBlock(t, blk, "on-the-new-device")
+		v.roundTrip(t, blk, "on-the-new-device")
 	})
 
 	e.step("sizes are exported", func(t *testing.T) {
 		e.eventually("size gauges", 30*time.Second, func() error {
-			text, err := e.agent.scrape()
+			text, err := e.agent.Scrape()
 			if err != nil {
 				return err
 			}
@@ -190,7 +190,7 @@ func TestResizeAfterReplacement(t *testing.T) {
 // its checksum.
 func (v *vm) writeRandom(t *testing.T, vol simnode.Volume) string {
 	t.Helper()
-	if _, err := v.l.Exec(fmt.Sprintf("head -c 4194304 /dev/urandom | dd of=%s bs=1M seek=2 conv=notrunc status=none && sync", v.target(vol))); err != nil {
+	if _, err := v.L.Exec(fmt.Sprintf("head -c 4194304 /dev/urandom | dd of=%s bs=1M seek=2 conv=notrunc status=none && sync", v.Target(vol))); err != nil {
 		t.Fatal(err)
 	}
 	return v.sumThroughLauncher(t, vol)
@@ -198,7 +198,7 @@ func (v *vm) writeRandom(t *testing.T, vol simnode.Volume) string {
 
 func (v *vm) sumThroughLauncher(t *testing.T, vol simnode.Volume) string {
 	t.Helper()
-	out, err := v.l.Exec(fmt.Sprintf("dd if=%s bs=1M skip=2 count=4 status=none | sha256sum", v.target(vol)))
+	out, err := v.L.Exec(fmt.Sprintf("dd if=%s bs=1M skip=2 count=4 status=none | sha256sum", v.Target(vol)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func (v *vm) sumThroughLauncher(t *testing.T, vol simnode.Volume) string {
 // launcherStatfs is the filesystem size as the launcher sees it.
 func (v *vm) launcherStatfs(t *testing.T, vol simnode.Volume) int64 {
 	t.Helper()
-	out, err := v.l.Exec("stat -f -c '%b %S' " + v.target(vol))
+	out, err := v.L.Exec("stat -f -c '%b %S' " + v.Target(vol))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,10 +225,10 @@ func (v *vm) assertDiskImageSize(t *testing.T, vol simnode.Volume, capacity int6
 	t.Helper()
 	var sfs unix.Statfs_t
 	var st unix.Stat_t
-	if err := unix.Statfs(v.target(vol), &sfs); err != nil {
+	if err := unix.Statfs(v.Target(vol), &sfs); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Stat(v.target(vol), &st); err != nil {
+	if err := unix.Stat(v.Target(vol), &st); err != nil {
 		t.Fatal(err)
 	}
 	want, err := mount.DiskImageSize(capacity, 0.055, int64(sfs.Bavail)*sfs.Bsize, st.Blocks*512)

@@ -4,15 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -21,77 +20,32 @@ import (
 
 // agent is one run of the hpmount binary as the scale node's agent.
 type agent struct {
-	cmd     *exec.Cmd
+	*harness.Agent
 	metrics string
-	health  string
 	started time.Time
-	done    chan struct{}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	cmd     *exec.Cmd
+	done    <-chan struct{}
 }
 
 // startAgent runs the agent with this process's namespace as its host.
 func (e *env) startAgent(resync time.Duration) (*agent, error) {
-	m, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	h, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"agent", "--kubeconfig", e.agentKC, "--node-name", nodeName,
-		"--kubelet-root", e.node.KubeletRoot, "--host-proc", "/proc", "--host-pid", strconv.Itoa(os.Getpid()),
-		"--cgroup-root", e.node.CgroupRoot, "--cgroup-mode", "v1",
-		"--metrics-address", m, "--health-address", h, "--resync-period", resync.String()}
-	args = append(args, e.opts.agentArgs...)
 	log, err := os.OpenFile(e.agentLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
-	fmt.Fprintf(log, "# scale: %s %s\n", e.opts.binary, strings.Join(args, " "))
-	a := &agent{metrics: m, health: h, done: make(chan struct{})}
-	a.cmd = exec.Command(e.opts.binary, args...)
-	a.cmd.Stdout, a.cmd.Stderr = log, log
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	a.started = time.Now()
-	if err := a.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start agent: %w", err)
+	a, err := harness.StartAgent(harness.AgentOptions{Binary: e.opts.binary, Kubeconfig: e.agentKC, Node: e.node,
+		Resync: resync, Args: e.opts.agentArgs, Log: log})
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		_ = a.cmd.Wait()
-		close(a.done)
-	}()
-	return a, nil
+	return &agent{Agent: a, metrics: a.MetricsAddr, started: a.Started, cmd: a.Cmd, done: a.Done()}, nil
 }
 
 // stop ends the agent with SIGTERM, as the kubelet does; mounts stay.
-func (a *agent) stop() {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(30 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.done
-	}
-}
+func (a *agent) stop() { a.Stop() }
 
-func (a *agent) ready() bool {
-	resp, err := http.Get("http://" + a.health + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
+func (a *agent) ready() bool { return a.Ready() == nil }
 
 // scrape reads the agent's metrics.
 func (a *agent) scrape() (metrics, error) {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hpmount/hpmount/test/harness"
 )
 
 // benchCount is how often each Go benchmark runs: median and p99 (the
@@ -39,11 +41,14 @@ func goBenchmarks() (string, error) {
 	results := map[string]benchResult{}
 	var order []string
 	var cmds []string
+	var err error
 	for _, p := range benchPackages {
 		args := []string{"test", "-run", "^$", "-bench", p.pattern, "-benchmem", "-count", strconv.Itoa(benchCount), p.pkg}
 		cmds = append(cmds, "go "+strings.Join(args, " "))
 		cmd := exec.Command("go", args...)
-		cmd.Dir = repoRoot()
+		if cmd.Dir, err = harness.RepoRoot(); err != nil {
+			return "", err
+		}
 		cmd.Env = append(os.Environ(), "HPMOUNT_REQUIRE_ROOT=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hpmount/hpmount/test/cluster"
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -127,18 +128,11 @@ func run(ctx context.Context, o options) error {
 
 func (e *env) setUp() error {
 	start := time.Now()
-	cpDir := filepath.Join(e.dir, "controlplane")
-	if err := os.Mkdir(cpDir, 0o700); err != nil {
-		return err
-	}
-	c, err := cluster.StartProcess(e.ctx, cluster.Options{WorkDir: cpDir})
+	c, err := harness.StartControlPlane(e.ctx, filepath.Join(e.dir, "controlplane"))
 	if err != nil {
-		return fmt.Errorf("start control plane: %w", err)
+		return err
 	}
 	e.cluster = c
-	if err := c.InstallVMICRD(e.ctx); err != nil {
-		return err
-	}
 	admin := c.AdminConfig()
 	admin.QPS, admin.Burst = 2000, 4000
 	e.kube = kubernetes.NewForConfigOrDie(admin)
@@ -185,37 +179,12 @@ func (e *env) volumeMix(vmis int) (fs, block int) {
 // agentCredentials binds deploy/rbac.yaml for real and writes kubeconfigs
 // for the agent's ServiceAccount and for diag (admin).
 func (e *env) agentCredentials() error {
-	manifest, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "rbac.yaml"))
-	if err != nil {
-		return err
-	}
-	if err := e.ctrl.EnsureNamespace(e.ctx, "hpmount-system"); err != nil {
-		return err
-	}
-	if _, err := cluster.ApplyManifests(e.ctx, e.cluster.AdminConfig(), manifest, false); err != nil {
-		return err
-	}
-	sa, err := e.cluster.ServiceAccountConfig(e.ctx, "hpmount-system", "hpmount")
-	if err != nil {
-		return err
-	}
 	e.agentKC = filepath.Join(e.dir, "agent.kubeconfig")
-	if err := cluster.WriteKubeconfig(e.agentKC, sa); err != nil {
+	if _, err := harness.AgentKubeconfig(e.ctx, e.cluster, e.ctrl, "", e.agentKC); err != nil {
 		return err
 	}
 	e.adminKC = filepath.Join(e.dir, "admin.kubeconfig")
 	return cluster.WriteKubeconfig(e.adminKC, e.cluster.AdminConfig())
-}
-
-// repoRoot finds the repository from the working directory up.
-func repoRoot() string {
-	dir, _ := os.Getwd()
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	return dir
 }
 
 func (e *env) keepLog() string {

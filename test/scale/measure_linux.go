@@ -530,19 +530,9 @@ func (e *env) measureBig() error {
 // growBacking adds filesystems when the big node needs more.
 func (e *env) growBacking(fsVols, _ int) error {
 	for len(e.back.fsDirs)*fsPerDisk < fsVols {
-		i := len(e.back.fsDirs)
-		d, err := e.node.NewDisk(fmt.Sprintf("fs%d", i), "ext4", 2<<30)
-		if err != nil {
+		if err := e.addFilesystem(); err != nil {
 			return err
 		}
-		dir := filepath.Join(e.dir, "backing", fmt.Sprintf("fs%d", i))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mount(d.Device, dir, "ext4", 0, ""); err != nil {
-			return err
-		}
-		e.back.fsDirs = append(e.back.fsDirs, dir)
 	}
 	return nil
 }

@@ -59,20 +59,10 @@ type backing struct {
 }
 
 func (e *env) makeBacking(fsVols, blockVols int) error {
-	disks := (fsVols + fsPerDisk - 1) / fsPerDisk
-	for i := range disks {
-		d, err := e.node.NewDisk(fmt.Sprintf("fs%d", i), "ext4", 2<<30)
-		if err != nil {
+	for range (fsVols + fsPerDisk - 1) / fsPerDisk {
+		if err := e.addFilesystem(); err != nil {
 			return err
 		}
-		dir := filepath.Join(e.dir, "backing", fmt.Sprintf("fs%d", i))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mount(d.Device, dir, "ext4", 0, ""); err != nil {
-			return fmt.Errorf("mount %s on %q: %w", d.Device, dir, err)
-		}
-		e.back.fsDirs = append(e.back.fsDirs, dir)
 	}
 	for i := range min(blockVols, 16) {
 		d, err := e.node.NewDisk(fmt.Sprintf("blk%d", i), "", 32<<20)
@@ -81,6 +71,24 @@ func (e *env) makeBacking(fsVols, blockVols int) error {
 		}
 		e.back.blocks = append(e.back.blocks, d)
 	}
+	return nil
+}
+
+// addFilesystem makes one more shared filesystem for volumes to live on.
+func (e *env) addFilesystem() error {
+	i := len(e.back.fsDirs)
+	d, err := e.node.NewDisk(fmt.Sprintf("fs%d", i), "ext4", 2<<30)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(e.dir, "backing", fmt.Sprintf("fs%d", i))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(d.Device, dir, "ext4", 0, ""); err != nil {
+		return fmt.Errorf("mount %s on %q: %w", d.Device, dir, err)
+	}
+	e.back.fsDirs = append(e.back.fsDirs, dir)
 	return nil
 }
 

@@ -3,21 +3,21 @@ package simnode
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"time"
+
+	"github.com/hpmount/hpmount/internal/sandbox"
 )
 
 // Launcher is a virt-launcher stand-in: a process in a slave mount
 // namespace (the HostToContainer view of hotplug-disks) inside the pod's
 // device cgroup, which starts out denying every block device.
 type Launcher struct {
+	*sandbox.Process
 	UID    string
-	Pid    int
 	Cgroup string
 	node   *Node
-	cmd    *exec.Cmd
 }
 
 // StartLauncher makes the launcher's hotplug-disks directory and pod
@@ -41,49 +41,28 @@ func (n *Node) StartLauncher(uid string) (*Launcher, error) {
 			return nil, fmt.Errorf("device rule %q in %q: %w", rule, ctr, err)
 		}
 	}
-	cmd := exec.Command("unshare", "--mount", "--propagation", "slave", "--", "sleep", "infinity")
-	if err := cmd.Start(); err != nil {
+	p, err := sandbox.StartSlaveProcess()
+	if err != nil {
 		return nil, err
 	}
-	l := &Launcher{UID: uid, Pid: cmd.Process.Pid, Cgroup: ctr, node: n, cmd: cmd}
+	l := &Launcher{Process: p, UID: uid, Cgroup: ctr, node: n}
 	n.defer_(l.Stop)
-	if err := os.WriteFile(filepath.Join(ctr, "cgroup.procs"), []byte(itoa(l.Pid)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ctr, "cgroup.procs"), []byte(strconv.Itoa(l.Pid)), 0o644); err != nil {
 		return nil, fmt.Errorf("move launcher into %q: %w", ctr, err)
 	}
-	for i := 0; i < 500; i++ {
-		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", l.Pid)); strings.HasSuffix(exe, "sleep") {
-			return l, nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil, fmt.Errorf("launcher %d did not start", l.Pid)
-}
-
-// Stop kills the launcher process.
-func (l *Launcher) Stop() {
-	if l.cmd.ProcessState == nil {
-		_ = l.cmd.Process.Kill()
-		_ = l.cmd.Wait()
-	}
+	return l, nil
 }
 
 // Exec runs a shell script in the launcher's mount namespace and device
 // cgroup, as a process inside the virt-launcher container would run.
 func (l *Launcher) Exec(script string) (string, error) {
-	wrapped := fmt.Sprintf("echo $$ > %s/cgroup.procs && %s", l.Cgroup, script)
-	return run("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", l.Pid), "--", "sh", "-c", wrapped)
+	return l.Process.Exec(fmt.Sprintf("echo $$ > %s/cgroup.procs", l.Cgroup), script)
 }
 
 // Path is where the launcher sees a file of its hotplug-disks directory,
 // as a host path (the launcher's view keeps the host's paths).
 func (l *Launcher) Path(name string) string {
 	return filepath.Join(l.node.HotplugDisksDir(l.UID), name)
-}
-
-// MountInfo is the launcher's own view of the mount table.
-func (l *Launcher) MountInfo() (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", l.Pid))
-	return string(b), err
 }
 
 // removeCgroupTree removes a cgroup subtree, deepest first, after moving

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 
+	"github.com/hpmount/hpmount/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,25 +16,7 @@ const inPrivateNamespaceEnv = "HPMOUNT_SIMNODE_PRIVATE_NS"
 // ReexecInPrivateNamespace re-runs the current program in a new mount
 // namespace with every mount private, and exits with its status. In the
 // re-run program it returns at once.
-func ReexecInPrivateNamespace() {
-	if os.Getenv(inPrivateNamespaceEnv) != "" {
-		return
-	}
-	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), inPrivateNamespaceEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		os.Exit(ee.ExitCode())
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "re-run in a private mount namespace: %v\n", err)
-		os.Exit(2)
-	}
-	os.Exit(0)
-}
+func ReexecInPrivateNamespace() { sandbox.ReexecInPrivateMountNamespace(inPrivateNamespaceEnv) }
 
 // Node is one simulated node.
 type Node struct {
@@ -102,41 +81,17 @@ func (n *Node) NewDisk(name, fstype string, size int64) (*Disk, error) {
 	if err := os.MkdirAll(filepath.Dir(backing), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.Create(backing)
-	if err != nil {
-		return nil, err
-	}
-	err = f.Truncate(size)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	dev, err := run("losetup", "--find", "--show", backing)
+	dev, err := sandbox.NewLoop(backing, size)
 	if err != nil {
 		return nil, err
 	}
 	d := &Disk{Device: dev, Backing: backing, FSType: fstype, node: n}
-	n.defer_(func() { exec.Command("losetup", "-d", dev).Run() })
-	switch fstype {
-	case "ext4":
-		_, err = run("mkfs.ext4", "-q", "-F", dev)
-	case "xfs":
-		_, err = run("mkfs.xfs", "-q", "-f", dev)
-	case "":
-	default:
-		err = fmt.Errorf("unknown filesystem type %q", fstype)
-	}
-	return d, err
+	n.defer_(func() { sandbox.DetachLoop(dev) })
+	return d, sandbox.Mkfs(dev, fstype)
 }
 
 // Grow enlarges the disk as a storage backend expanding the volume would.
-func (d *Disk) Grow(size int64) error {
-	if err := os.Truncate(d.Backing, size); err != nil {
-		return err
-	}
-	_, err := run("losetup", "--set-capacity", d.Device)
-	return err
-}
+func (d *Disk) Grow(size int64) error { return sandbox.GrowLoop(d.Device, d.Backing, size) }
 
 // Rdev is the disk's device number.
 func (d *Disk) Rdev() (major, minor uint32, err error) {
@@ -228,13 +183,3 @@ func (n *Node) UnpublishBlock(podUID, pv string) error {
 func (n *Node) HotplugDisksDir(launcherUID string) string {
 	return n.Path("pods", launcherUID, "volumes", "kubernetes.io~empty-dir", "hotplug-disks")
 }
-
-func run(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-func itoa(i int) string { return strconv.Itoa(i) }

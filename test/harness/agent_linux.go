@@ -1,0 +1,228 @@
+package harness
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hpmount/hpmount/test/simnode"
+)
+
+// AgentOptions say how to run the agent against a simulated node.
+type AgentOptions struct {
+	Binary     string
+	Kubeconfig string
+	Node       *simnode.Node
+	// Resync is --resync-period; 0 means 2s, quick enough for tests.
+	Resync time.Duration
+	// Args are more flags, appended.
+	Args []string
+	// Log, when set, receives the agent's output; otherwise it is kept in
+	// memory (Log).
+	Log io.Writer
+}
+
+// Agent is the hpmount binary running as the node's agent, with this
+// process's mount namespace and mountinfo as the host's.
+type Agent struct {
+	Cmd         *exec.Cmd
+	MetricsAddr string
+	HealthAddr  string
+	Started     time.Time
+	done        chan struct{}
+	mu          sync.Mutex
+	log         strings.Builder
+}
+
+// StartAgent starts the agent; Ready says when it is serving.
+func StartAgent(o AgentOptions) (*Agent, error) {
+	a := &Agent{done: make(chan struct{})}
+	var err error
+	if a.MetricsAddr, err = FreeAddr(); err != nil {
+		return nil, err
+	}
+	if a.HealthAddr, err = FreeAddr(); err != nil {
+		return nil, err
+	}
+	a.Cmd = exec.Command(o.Binary, agentArgs(o, a)...)
+	a.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out io.Reader
+	if o.Log != nil {
+		a.Cmd.Stdout, a.Cmd.Stderr = o.Log, o.Log
+	} else if out, err = a.Cmd.StderrPipe(); err != nil {
+		return nil, err
+	} else {
+		a.Cmd.Stdout = a.Cmd.Stderr
+	}
+	a.Started = time.Now()
+	if err := a.Cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start agent %q: %w", o.Binary, err)
+	}
+	go a.collect(out)
+	return a, nil
+}
+
+func agentArgs(o AgentOptions, a *Agent) []string {
+	resync := o.Resync
+	if resync == 0 {
+		resync = 2 * time.Second
+	}
+	return append([]string{"agent",
+		"--kubeconfig", o.Kubeconfig,
+		"--node-name", o.Node.Name,
+		"--kubelet-root", o.Node.KubeletRoot,
+		"--host-proc", "/proc",
+		"--host-pid", strconv.Itoa(os.Getpid()),
+		"--cgroup-root", o.Node.CgroupRoot,
+		"--cgroup-mode", "v1",
+		"--metrics-address", a.MetricsAddr,
+		"--health-address", a.HealthAddr,
+		"--resync-period", resync.String(),
+	}, o.Args...)
+}
+
+// collect keeps the agent's output when no Log was given, and marks the
+// exit.
+func (a *Agent) collect(r io.Reader) {
+	defer close(a.done)
+	if r != nil {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			a.mu.Lock()
+			a.log.WriteString(sc.Text() + "\n")
+			a.mu.Unlock()
+		}
+	}
+	_ = a.Cmd.Wait()
+}
+
+// Log is the agent's output so far, when no AgentOptions.Log was given.
+func (a *Agent) Log() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.log.String()
+}
+
+// Pid is the agent's process id.
+func (a *Agent) Pid() int { return a.Cmd.Process.Pid }
+
+// Done is closed when the agent has exited.
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Kill sends SIGKILL and waits for the exit: a crash, or the OOM killer.
+func (a *Agent) Kill() {
+	_ = a.Cmd.Process.Kill()
+	<-a.done
+}
+
+// Stop sends SIGTERM, as the kubelet does, and waits for the exit.
+func (a *Agent) Stop() {
+	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		a.Kill()
+	}
+}
+
+// Ready is nil once /readyz answers 200; a Stop error once the agent
+// exited, since waiting longer cannot help.
+func (a *Agent) Ready() error {
+	select {
+	case <-a.done:
+		return Stop(fmt.Errorf("agent exited: %v", a.Cmd.ProcessState))
+	default:
+	}
+	body, code, err := get("http://" + a.HealthAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("readyz %d: %s", code, body)
+	}
+	return nil
+}
+
+// Scrape returns the agent's /metrics text.
+func (a *Agent) Scrape() (string, error) {
+	body, code, err := get("http://" + a.MetricsAddr + "/metrics")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("metrics: status %d", code)
+	}
+	return body, err
+}
+
+var client = &http.Client{Timeout: 5 * time.Second}
+
+func get(url string) (string, int, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode, err
+}
+
+// FreeAddr is a free loopback address to listen on.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+var (
+	buildOnce sync.Once
+	built     string
+	buildErr  error
+)
+
+// Binary is the hpmount binary to run: $HPMOUNT_BINARY (what `make test`
+// built), or one built once here.
+func Binary() (string, error) {
+	if b := os.Getenv("HPMOUNT_BINARY"); b != "" {
+		return b, nil
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hpmount-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built = filepath.Join(dir, "hpmount")
+		out, err := exec.Command("go", "build", "-o", built, "github.com/hpmount/hpmount/cmd/hpmount").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build hpmount: %w\n%s", err, out)
+		}
+	})
+	return built, buildErr
+}
+
+// RepoRoot finds the repository from the working directory up.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no go.mod above " + dir)
+}
