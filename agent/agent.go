@@ -53,6 +53,8 @@ type Agent struct {
 
 	mu     sync.Mutex
 	states map[string]*vmiState // by VMI key ns/name
+	// lastUnparsed is the last unparsable mountinfo line reported.
+	lastUnparsed string
 	// arrived holds, per key, when the oldest VMI change not yet
 	// reconciled arrived: the start of the attach latency.
 	arrived map[string]time.Time

@@ -88,6 +88,9 @@ var ErrStuck = errors.New("the node call did not finish within its deadline and 
 type Snapshot interface {
 	// Entries is the number of mounts read, for metrics.
 	Entries() int
+	// Unparsed is how many lines of the table could not be parsed and
+	// were left out, and why the first one could not.
+	Unparsed() (int, error)
 }
 
 // Engine is the node side: everything that touches the host's mounts,

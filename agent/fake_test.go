@@ -39,6 +39,8 @@ type fakeSnapshot struct{ n int }
 
 func (s fakeSnapshot) Entries() int { return s.n }
 
+func (s fakeSnapshot) Unparsed() (int, error) { return 0, nil }
+
 func newFakeEngine() *fakeEngine {
 	return &fakeEngine{
 		observed:  map[types.UID]map[string]ObservedVolume{},

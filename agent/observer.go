@@ -10,8 +10,9 @@ type Observer interface {
 	OpAttempt(op, result string, d time.Duration)
 	// Reconciled is one completed reconcile of one VMI.
 	Reconciled(d time.Duration)
-	// SnapshotTaken is one read of the host mount table.
-	SnapshotTaken(entries int, d time.Duration)
+	// SnapshotTaken is one read of the host mount table: the mounts read,
+	// the lines that could not be parsed and were left out, the time.
+	SnapshotTaken(entries, unparsed int, d time.Duration)
 	// VolumeState is the current state of one hotplug volume: one of the
 	// State* constants.
 	VolumeState(namespace, vmi, volume, mode, state string)
@@ -53,7 +54,7 @@ var _ Observer = NopObserver{}
 
 func (NopObserver) OpAttempt(string, string, time.Duration)            {}
 func (NopObserver) Reconciled(time.Duration)                           {}
-func (NopObserver) SnapshotTaken(int, time.Duration)                   {}
+func (NopObserver) SnapshotTaken(int, int, time.Duration)              {}
 func (NopObserver) VolumeState(string, string, string, string, string) {}
 func (NopObserver) VolumeSizes(string, string, string, GrowResult)     {}
 func (NopObserver) Expansion(string)                                   {}

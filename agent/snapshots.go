@@ -105,7 +105,24 @@ func (a *Agent) snapshotFor(ctx context.Context, launchers ...types.UID) (Snapsh
 	if err != nil {
 		return nil, fmt.Errorf("read host mount table: %w", err)
 	}
-	a.obs.SnapshotTaken(snap.Entries(), time.Since(t))
+	unparsed, why := snap.Unparsed()
+	a.obs.SnapshotTaken(snap.Entries(), unparsed, time.Since(t))
+	if unparsed > 0 {
+		a.warnUnparsed(unparsed, why)
+	}
 	a.snaps.store(snap, start, t)
 	return snap, nil
+}
+
+// warnUnparsed logs lines of the mount table that could not be parsed,
+// once per distinct first error: they were left out, the node goes on.
+func (a *Agent) warnUnparsed(n int, why error) {
+	msg := fmt.Sprint(why)
+	a.mu.Lock()
+	seen := a.lastUnparsed == msg
+	a.lastUnparsed = msg
+	a.mu.Unlock()
+	if !seen {
+		a.log.Warn("lines of the host mount table could not be parsed and were left out", "lines", n, "first", msg)
+	}
 }

@@ -52,6 +52,10 @@ var (
 		Name: "hpmount_mountinfo_entries", Type: TypeGauge,
 		Help: "Mounts in the host mount table at the last scan.",
 	}
+	descMountinfoUnparsed = Description{
+		Name: "hpmount_mountinfo_unparsed_lines", Type: TypeGauge,
+		Help: "Lines of the host mount table at the last scan that could not be parsed and were left out (logged once); the rest of the table is used.",
+	}
 	descDeviceSize = Description{
 		Name: "hpmount_volume_device_size_bytes", Type: TypeGauge,
 		Labels: []string{"namespace", "vmi", "volume"},
@@ -113,6 +117,7 @@ var descriptions = []Description{
 	descReconcileDuration,
 	descScanDuration,
 	descMountinfoEntries,
+	descMountinfoUnparsed,
 	descDeviceSize,
 	descFilesystemSize,
 	descDiskImageSize,

@@ -65,6 +65,7 @@ type Metrics struct {
 	reconcileDuration prometheus.Histogram
 	scanDuration      prometheus.Histogram
 	mountinfoEntries  prometheus.Gauge
+	unparsed          prometheus.Gauge
 	deviceSize        *prometheus.GaugeVec
 	filesystemSize    *prometheus.GaugeVec
 	diskImageSize     *prometheus.GaugeVec
@@ -103,6 +104,7 @@ func New(version, commit string) *Metrics {
 		reconcileDuration: histogram(descReconcileDuration),
 		scanDuration:      histogram(descScanDuration),
 		mountinfoEntries:  gauge(descMountinfoEntries),
+		unparsed:          gauge(descMountinfoUnparsed),
 		deviceSize:        gaugeVec(descDeviceSize),
 		filesystemSize:    gaugeVec(descFilesystemSize),
 		diskImageSize:     gaugeVec(descDiskImageSize),
@@ -161,6 +163,7 @@ func New(version, commit string) *Metrics {
 		m.reconcileDuration,
 		m.scanDuration,
 		m.mountinfoEntries,
+		m.unparsed,
 		m.deviceSize,
 		m.filesystemSize,
 		m.diskImageSize,
@@ -203,7 +206,8 @@ func (m *Metrics) Reconciled(d time.Duration) {
 }
 
 // SnapshotTaken records one read of the host mount table.
-func (m *Metrics) SnapshotTaken(entries int, d time.Duration) {
+func (m *Metrics) SnapshotTaken(entries, unparsed int, d time.Duration) {
+	m.unparsed.Set(float64(unparsed))
 	m.scanDuration.Observe(d.Seconds())
 	m.mountinfoEntries.Set(float64(entries))
 }

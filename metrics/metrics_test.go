@@ -85,8 +85,8 @@ func TestReconciledAndSnapshot(t *testing.T) {
 	m := New("dev", "none")
 	m.Reconciled(3 * time.Millisecond)
 	m.Reconciled(4 * time.Millisecond)
-	m.SnapshotTaken(120, 700*time.Microsecond)
-	m.SnapshotTaken(87, 600*time.Microsecond)
+	m.SnapshotTaken(120, 0, 700*time.Microsecond)
+	m.SnapshotTaken(87, 0, 600*time.Microsecond)
 
 	if h := histogramOf(t, m.Registry(), "hpmount_reconcile_duration_seconds", nil); h.GetSampleCount() != 2 || !near(h.GetSampleSum(), 0.007) {
 		t.Errorf("reconcile histogram count %d sum %v, want 2 and 0.007", h.GetSampleCount(), h.GetSampleSum())
@@ -283,7 +283,7 @@ hpmount_refusals_total{reason="unsafe-volume-name"} 0
 func exerciseAll(m *Metrics) {
 	m.OpAttempt("attach", "mounted", time.Millisecond)
 	m.Reconciled(time.Millisecond)
-	m.SnapshotTaken(10, time.Millisecond)
+	m.SnapshotTaken(10, 1, time.Millisecond)
 	m.VolumeState("ns", "vm", "a", "Filesystem", agent.StateMounted)
 	m.VolumeSizes("ns", "vm", "a", agent.GrowResult{DeviceBytes: 1, FilesystemAfter: 1, DiskImageAfter: 1})
 	m.Expansion(agent.ExpansionUnchanged)

@@ -50,15 +50,36 @@ func (i *Info) Propagation() string {
 func (i *Info) Deleted() bool { return strings.HasSuffix(i.Root, "//deleted") }
 
 // Parse reads mountinfo text. Lines are decoded as the kernel escapes them
-// (octal \040 for space, \011 tab, \012 newline, \134 backslash).
+// (octal \040 for space, \011 tab, \012 newline, \134 backslash). A line
+// that is not in the kernel's format is an error; ParseLenient skips it.
 //
 // The whole table is read into one string and every field is a substring
 // of it, so a scan allocates the text, the result and only the fields that
-// needed unescaping (BenchmarkParse compares it with moby/sys/mountinfo).
+// needed unescaping (BenchmarkMountinfo compares it with moby/sys/mountinfo).
 func Parse(r io.Reader) ([]Info, error) {
+	mounts, skipped, err := ParseLenient(r)
+	if err == nil && skipped.Lines > 0 {
+		err = skipped.First
+	}
+	return mounts, err
+}
+
+// Skipped counts the lines ParseLenient could not parse and keeps the
+// first one's error.
+type Skipped struct {
+	Lines int
+	First error
+}
+
+// ParseLenient reads mountinfo text as Parse does, but skips a line it
+// cannot parse instead of failing the whole table: one odd mount on a node
+// must not stop every decision about all the others. Only a read error is
+// an error.
+func ParseLenient(r io.Reader) ([]Info, Skipped, error) {
+	var skipped Skipped
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
+		return nil, skipped, fmt.Errorf("read mountinfo: %w", err)
 	}
 	text := string(data)
 	out := make([]Info, 0, strings.Count(text, "\n")+1)
@@ -68,41 +89,42 @@ func Parse(r io.Reader) ([]Info, error) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		info, err := parseLine(strings.TrimRight(line, "\r\t "))
+		info, err := parseLine(strings.TrimRight(line, "\r\n"))
 		if err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: %w", n, err)
+			if skipped.Lines++; skipped.First == nil {
+				skipped.First = fmt.Errorf("mountinfo line %d: %w", n, err)
+			}
+			continue
 		}
 		out = append(out, info)
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 // maxFields bounds the fields of one line: ten fixed ones plus the
 // optional propagation fields, of which the kernel writes at most four.
 const maxFields = 32
 
-// splitFields splits line at spaces into buf, without allocating. The
-// kernel separates fields with single spaces and escapes any space inside
-// a field, so runs of spaces only come from hand-written input.
+// splitFields splits line at each space into buf, without allocating. The
+// kernel separates fields with single spaces and escapes any space inside a
+// field, so an empty field is a field: the source of a mount made with an
+// empty device name ("- tmpfs  rw") is one.
 func splitFields(line string, buf *[maxFields]string) ([]string, bool) {
 	f := buf[:0]
-	for len(line) > 0 {
+	for {
 		end := strings.IndexByte(line, ' ')
 		if end < 0 {
 			end = len(line)
 		}
-		if end > 0 {
-			if len(f) == maxFields {
-				return f, false
-			}
-			f = append(f, line[:end])
+		if len(f) == maxFields {
+			return f, false
 		}
+		f = append(f, line[:end])
 		if end == len(line) {
-			break
+			return f, true
 		}
 		line = line[end+1:]
 	}
-	return f, true
 }
 
 func parseLine(line string) (Info, error) {
@@ -204,6 +226,7 @@ func isOctal(s string) bool {
 // Table is one scan of a mount table, indexed for the questions a
 // reconcile asks. It is read once per batch and not changed afterwards.
 type Table struct {
+	skipped Skipped
 	mounts  []Info
 	byID    map[int]*Info
 	byPoint map[string][]*Info
@@ -276,12 +299,19 @@ func ReadTable(path string) (*Table, error) {
 		return nil, fmt.Errorf("open mount table %q: %w", path, err)
 	}
 	defer f.Close()
-	mounts, err := Parse(f)
+	mounts, skipped, err := ParseLenient(f)
 	if err != nil {
 		return nil, fmt.Errorf("parse mount table %q: %w", path, err)
 	}
-	return NewTable(mounts), nil
+	t := NewTable(mounts)
+	t.skipped = skipped
+	return t, nil
 }
+
+// Skipped says how many lines of the mount table could not be parsed and
+// were left out (ReadTable skips them rather than fail), and why the first
+// one could not.
+func (t *Table) Skipped() Skipped { return t.skipped }
 
 // Len is the number of mounts read.
 func (t *Table) Len() int { return len(t.mounts) }

@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -69,5 +70,45 @@ func TestParseRejectsMalformed(t *testing.T) {
 		if _, err := Parse(strings.NewReader(line + "\n")); err == nil {
 			t.Errorf("accepted %q", line)
 		}
+	}
+}
+
+// TestParseLenientOddLines: a mount made with an empty source prints an
+// empty field ("- tmpfs  rw"); that is the kernel's format, not an error.
+// A line that is really malformed is skipped and counted, never fatal for
+// the rest of the table (issue 10: one line stopped the whole node).
+func TestParseLenientOddLines(t *testing.T) {
+	data, err := os.ReadFile("testdata/odd.mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, skipped, err := ParseLenient(strings.NewReader(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skipped.Lines != 1 || skipped.First == nil || !strings.Contains(skipped.First.Error(), "line 4") {
+		t.Fatalf("skipped = %+v, want line 4 only", skipped)
+	}
+	if len(mounts) != 4 {
+		t.Fatalf("%d mounts, want 4", len(mounts))
+	}
+	for _, tc := range []struct {
+		k                                    int
+		mountPoint, source, fstype, superOps string
+	}{
+		{1, "/run/empty-source", "", "tmpfs", "rw,size=1024k"},
+		{2, "/var/lib/kubelet/pods/p1/volumes/kubernetes.io~empty-dir/hotplug-disks/my disk.img", "/dev/loop3", "ext4", "rw"},
+		{3, "/var/lib/kubelet/pods/p2/volumes/kubernetes.io~empty-dir/hotplug-disks/d.img", "/dev/sdb", "xfs", "rw,attr2"},
+	} {
+		m := mounts[tc.k]
+		if m.MountPoint != tc.mountPoint || m.Source != tc.source || m.FSType != tc.fstype || m.SuperOptions != tc.superOps {
+			t.Errorf("mount %d = %+v, want %+v", tc.k, m, tc)
+		}
+	}
+	if mounts[3].Master != 4 || mounts[1].Shared != 9 {
+		t.Errorf("peer groups lost: %+v", mounts)
+	}
+	if _, err := Parse(strings.NewReader(string(data))); err == nil {
+		t.Error("Parse accepted a malformed line")
 	}
 }

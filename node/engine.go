@@ -143,6 +143,11 @@ type tableSnapshot struct{ t *mount.Table }
 
 func (s tableSnapshot) Entries() int { return s.t.Len() }
 
+func (s tableSnapshot) Unparsed() (int, error) {
+	k := s.t.Skipped()
+	return k.Lines, k.First
+}
+
 func table(s agent.Snapshot) (*mount.Table, error) {
 	ts, ok := s.(tableSnapshot)
 	if !ok || ts.t == nil {
