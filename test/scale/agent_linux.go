@@ -154,16 +154,25 @@ func (h hist) mean() float64 {
 	return h.sum / float64(h.count)
 }
 
-// quantile is the upper bound of the bucket holding quantile q: an upper
-// estimate, as precise as the buckets.
+// quantile estimates quantile q by linear interpolation inside the bucket
+// that holds it, as Prometheus's histogram_quantile does.
 func (h hist) quantile(q float64) float64 {
-	want := uint64(q * float64(h.count))
-	for _, b := range h.buckets {
-		if b.GetCumulativeCount() >= want && want > 0 {
-			return b.GetUpperBound()
-		}
+	if h.count == 0 {
+		return 0
 	}
-	return 0
+	rank := q * float64(h.count)
+	lower, below := 0.0, 0.0
+	for _, b := range h.buckets {
+		c := float64(b.GetCumulativeCount())
+		if c >= rank {
+			if c == below {
+				return b.GetUpperBound()
+			}
+			return lower + (b.GetUpperBound()-lower)*(rank-below)/(c-below)
+		}
+		lower, below = b.GetUpperBound(), c
+	}
+	return lower
 }
 
 // procStat is a process's CPU time and memory from /proc.

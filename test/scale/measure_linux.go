@@ -314,7 +314,7 @@ func (e *env) measureIdle(a *agent) error {
 	scan := m1.hist("hpmount_mountinfo_scan_duration_seconds").minus(m0.hist("hpmount_mountinfo_scan_duration_seconds"))
 	e.report.add(row{what: fmt.Sprintf("CPU with nothing changing (resync every %s)", e.opts.idle), unit: "s per 60 s", runs: []float64{cpu}, target: 0.5})
 	e.report.add(row{what: "no-op reconcile of one VMI (resync wave)", unit: "ms", runs: []float64{rec.quantile(0.5) * 1000, rec.quantile(0.99) * 1000},
-		target: 2, targetOn: "p50", note: fmt.Sprintf("%d reconciles; p50 and p99 are bucket upper bounds; mean %.3f ms; p99 target 20 ms", rec.count, rec.mean()*1000), quantiles: true})
+		target: 2, targetOn: "p50", note: fmt.Sprintf("%d reconciles; p50 and p99 interpolated in the histogram buckets; mean %.3f ms; p99 target 20 ms", rec.count, rec.mean()*1000), quantiles: true})
 	e.report.add(row{what: "mountinfo read and parse in the agent", unit: "ms", runs: []float64{scan.mean() * 1000}, target: 60,
 		note: fmt.Sprintf("%d reads in the idle window for %d VMIs (once per batch, not per VMI)", scan.count, len(e.vms))})
 	e.report.add(row{what: fmt.Sprintf("agent RSS with %d VMIs (high-water mark %s)", len(e.vms), mib(after.peak)), unit: "MiB", runs: []float64{float64(after.rss) / (1 << 20)}})
