@@ -51,6 +51,21 @@ type target struct {
 	depth int
 	id    uint64
 	st    unix.Stat_t
+	// dead: the filesystem mounted on the file answers nothing but I/O
+	// errors (shut down, its device or server gone); what is known of it
+	// comes from the table.
+	dead bool
+}
+
+// deadSource reports an error that means the filesystem behind a mount is
+// gone, not that the mount is: it can still be unmounted.
+func deadSource(err error) bool {
+	for _, e := range []error{unix.EIO, unix.ESTALE, unix.ENOTCONN, unix.EHOSTDOWN, unix.ENXIO, unix.ENODEV} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
@@ -226,6 +241,16 @@ func inspectTarget(t *Table, dir *os.File, dirID uint64, file string) (target, e
 	defer f.Close()
 	tg.exists = true
 	if err := unix.Fstat(int(f.Fd()), &tg.st); err != nil {
+		if deadSource(err) {
+			// Only a mount's filesystem can go dead under a file the
+			// agent made in the launcher's directory.
+			stack := t.At(where)
+			tg.mounted, tg.dead, tg.depth = true, true, len(stack)
+			if len(stack) > 0 {
+				tg.top = stack[len(stack)-1]
+			}
+			return tg, nil
+		}
 		return tg, fmt.Errorf("stat target %q: %w", where, err)
 	}
 	if kind := isolation.FileKind(tg.st.Mode); kind != "regular file" {
@@ -312,6 +337,14 @@ func peel(t *Table, dir *os.File, dirID uint64, file string) (int, error) {
 		}
 		id, err := isolation.MountID(f)
 		f.Close()
+		if deadSource(err) {
+			// The top mount's filesystem is gone: detach it without
+			// asking it anything; the lookup of byFd reaches it.
+			if err := unix.Unmount(byFd, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH); err != nil {
+				return n, fmt.Errorf("unmount the dead mount on %q: %w", where, err)
+			}
+			continue
+		}
 		if err != nil {
 			return n, err
 		}

@@ -528,3 +528,33 @@ func BenchmarkAttach(b *testing.B) {
 		}
 	})
 }
+
+// TestDeadSourceIsObservedAndDetached: the filesystem under a launcher's
+// bind is shut down (xfs_io shutdown, as when its device or server is gone).
+// Every stat of the target then fails with EIO; the target is still
+// observed, as a dead mount, and the volume can still be unplugged, instead
+// of failing every reconcile of its VMI and every diag of the node.
+func TestDeadSourceIsObservedAndDetached(t *testing.T) {
+	n := newNode(t, "xfs")
+	_, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "dead")
+	must(t, err)
+	testutil.Run(t, "xfs_io", "-x", "-c", "shutdown", n.path(hpVolDir))
+	var st unix.Stat_t
+	if err := unix.Stat(n.path(launchDir, "dead.img"), &st); !errors.Is(err, unix.EIO) {
+		t.Fatalf("stat of the target after the shutdown = %v, want EIO", err)
+	}
+	obs, err := n.a.Observe(hostTable(t), launchDir)
+	if err != nil {
+		t.Fatalf("observe: %v", err)
+	}
+	if len(obs) != 1 || !obs[0].Mounted || !obs[0].SourceGone || obs[0].Name != "dead" {
+		t.Fatalf("observed %+v, want the dead mount of dead.img", obs)
+	}
+	res, err := n.a.Detach(hostTable(t), launchDir, "dead")
+	if err != nil || res != outcome.Removed {
+		t.Fatalf("detach = %v, %v; want removed", res, err)
+	}
+	if _, err := os.Lstat(n.path(launchDir, "dead.img")); !os.IsNotExist(err) {
+		t.Fatalf("target still there: %v", err)
+	}
+}

@@ -74,6 +74,13 @@ func (a *Attacher) observeOne(t *Table, dir *os.File, dirID uint64, file string)
 	if !tg.mounted {
 		return o, true, nil
 	}
+	if tg.dead {
+		o.Mounted, o.Depth, o.Stacked, o.SourceGone = true, max(tg.depth, 1), tg.depth > 1, true
+		if tg.top != nil {
+			o.MountID, o.Root, o.Dev = tg.top.ID, tg.top.Root, tg.top.Dev()
+		}
+		return o, true, nil
+	}
 	o.Mounted = true
 	o.Depth = tg.depth
 	o.Stacked = tg.depth > 1
