@@ -3,6 +3,7 @@ package blockdev
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -166,11 +167,15 @@ func (n *Nodes) Observe(targetDir string) ([]Node, error) {
 			return err
 		}
 		defer dir.Close()
-		names, err := listFD(dir)
+		entries, _, err := kubelet.ReadTargets(dir)
 		if err != nil {
 			return err
 		}
-		for _, name := range names {
+		for _, e := range entries {
+			name := e.Name()
+			if e.Type()&fs.ModeDevice == 0 || e.Type()&fs.ModeCharDevice != 0 {
+				continue // not a block node: passed over without a stat
+			}
 			var st unix.Stat_t
 			if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				continue // removed while listing
@@ -191,12 +196,4 @@ func (n *Nodes) openDir(rel string) (*os.File, error) {
 	}
 	defer root.Close()
 	return isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-}
-
-func listFD(dir *os.File) ([]string, error) {
-	names, err := dir.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", dir.Name(), err)
-	}
-	return names, nil
 }

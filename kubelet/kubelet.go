@@ -113,3 +113,14 @@ type LauncherDir struct {
 	// Empty says the directory holds nothing: no target file, no node.
 	Empty bool
 }
+
+// MaxTargets bounds how many entries of one hotplug-disks directory are
+// looked at: far more hotplug volumes than KubeVirt lets a VMI have, far
+// fewer than the names a tenant could create there.
+const MaxTargets = 1024
+
+// IsTargetName reports whether name could be an entry hpmount makes in
+// hotplug-disks: a valid volume name, or one with ".img" appended.
+func IsTargetName(name string) bool {
+	return ValidName(strings.TrimSuffix(name, ".img")) == nil
+}

@@ -5,6 +5,7 @@ package kubelet
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/hpmount/hpmount/isolation"
@@ -36,4 +37,9 @@ func PublishedDevicePath(Root, string, string) string { return "" }
 // LauncherDirs is only supported on Linux.
 func LauncherDirs(r Root) ([]LauncherDir, error) {
 	return nil, fmt.Errorf("list launchers under %q: %w", r.Path, errors.ErrUnsupported)
+}
+
+// ReadTargets is only supported on Linux.
+func ReadTargets(dir *os.File) ([]fs.DirEntry, bool, error) {
+	return nil, false, fmt.Errorf("list %q: %w", dir.Name(), errors.ErrUnsupported)
 }

@@ -6,9 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
+	"github.com/hpmount/hpmount/kubelet"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,15 +36,17 @@ func (a *Attacher) observeHere(t *Table, targetDir string) ([]Observed, error) {
 		return nil, err
 	}
 	defer dir.Close()
-	names, err := dir.Readdirnames(-1)
+	entries, _, err := kubelet.ReadTargets(dir)
 	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", dir.Name(), err)
+		return nil, err
 	}
-	sort.Strings(names)
 	var out []Observed
-	for _, file := range names {
+	for _, e := range entries {
+		file := e.Name()
 		name, ok := strings.CutSuffix(file, ".img")
-		if !ok || name == "" {
+		// The agent makes regular files; anything else named *.img is
+		// passed over without a stat.
+		if !ok || !e.Type().IsRegular() {
 			continue
 		}
 		o, ok, err := a.observeOne(t, dir, dirID, file)
