@@ -32,7 +32,7 @@ func TestReadTargetsIsBounded(t *testing.T) {
 	}
 
 	small := t.TempDir()
-	for _, n := range []string{"a.img", "b", strings.Repeat("y", 300)} {
+	for _, n := range []string{"a.img", "b", strings.Repeat("y", 250)} {
 		mustOK(t, os.WriteFile(filepath.Join(small, n), nil, 0o644))
 	}
 	g, err := os.Open(small)
