@@ -28,6 +28,7 @@ type fakeEngine struct {
 	mu        sync.Mutex
 	observed  map[types.UID]map[string]ObservedVolume
 	attachErr map[string]error
+	detachErr map[string]error
 	growErr   map[string]error
 	grow      map[string]GrowResult
 	calls     []string
@@ -45,6 +46,7 @@ func newFakeEngine() *fakeEngine {
 	return &fakeEngine{
 		observed:  map[types.UID]map[string]ObservedVolume{},
 		attachErr: map[string]error{},
+		detachErr: map[string]error{},
 		growErr:   map[string]error{},
 		grow:      map[string]GrowResult{},
 	}
@@ -118,6 +120,9 @@ func (f *fakeEngine) Detach(_ context.Context, _ Snapshot, l types.UID, o Observ
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("detach %s %s", l, o.Name)
+	if err := f.detachErr[o.Name]; err != nil {
+		return outcome.Unchanged, err
+	}
 	if _, ok := f.observed[l][o.Name]; !ok {
 		return outcome.Unchanged, nil
 	}

@@ -394,3 +394,26 @@ func TestClaimRecreatedUnderTheSameName(t *testing.T) {
 		t.Fatalf("calls after the claim was recreated = %v", got)
 	}
 }
+
+// TestDetachFailureWarnsOnce: a detach that keeps failing is retried, but
+// its Warning is sent once, not on every pass (issue 10, defect 10).
+func TestDetachFailureWarnsOnce(t *testing.T) {
+	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
+	ta.engine.setObserved(launcherUID, healthyObserved("old", kubevirt.Filesystem))
+	ta.engine.detachErr["old"] = errors.New("device or resource busy")
+	ta.setVMI(t, vmiObject())
+	for range 3 {
+		if err := ta.reconcile(context.Background(), testKey); err == nil {
+			t.Fatal("a failed detach reconciled without error")
+		}
+	}
+	warnings := 0
+	for _, e := range ta.events() {
+		if strings.HasPrefix(e, "Warning HotplugFailed") {
+			warnings++
+		}
+	}
+	if warnings != 1 {
+		t.Fatalf("%d HotplugFailed Warnings for one failure repeated three times, want 1", warnings)
+	}
+}
