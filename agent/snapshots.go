@@ -26,10 +26,12 @@ type snapshots struct {
 	// change.
 	seq     uint64
 	changed map[types.UID]uint64
-	// cur was read starting at seq curSeq, at curTime.
+	// cur was read starting at seq curSeq, at curTime; stored counts the
+	// snapshots cached, so that a timer can name one without holding it.
 	cur     Snapshot
 	curSeq  uint64
 	curTime time.Time
+	stored  uint64
 }
 
 // fresh returns the cached snapshot if it is young and no launcher of
@@ -64,8 +66,12 @@ func (c *snapshots) store(s Snapshot, start uint64, t time.Time) {
 		return
 	}
 	c.cur, c.curSeq, c.curTime = s, start, t
-	// A node's table is megabytes; it is not kept past its use.
-	time.AfterFunc(snapshotMaxAge, func() { c.expire(s) })
+	c.stored++
+	// A node's table is megabytes; it is not kept past its use. The timer
+	// names it by number: holding it would keep every table of a busy
+	// second alive.
+	n := c.stored
+	time.AfterFunc(snapshotMaxAge, func() { c.expire(n) })
 	for l, seq := range c.changed {
 		if seq <= start {
 			delete(c.changed, l)
@@ -73,11 +79,11 @@ func (c *snapshots) store(s Snapshot, start uint64, t time.Time) {
 	}
 }
 
-// expire drops s if it is still the cached snapshot.
-func (c *snapshots) expire(s Snapshot) {
+// expire drops the n-th stored snapshot if it is still the cached one.
+func (c *snapshots) expire(n uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cur == s {
+	if c.stored == n {
 		c.cur = nil
 	}
 }
