@@ -27,6 +27,13 @@ func newStatusWriter(m workqueue.MetricsProvider) *statusWriter {
 // add merges updates for key; older pending updates of the same volumes
 // are replaced.
 func (w *statusWriter) add(key string, updates map[string]statusUpdate) {
+	w.merge(key, updates, true)
+	w.queue.Add(key)
+}
+
+// merge adds updates to what is pending for key; replace says whether an
+// update replaces a pending one of the same volume.
+func (w *statusWriter) merge(key string, updates map[string]statusUpdate, replace bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.pending[key]
@@ -35,9 +42,10 @@ func (w *statusWriter) add(key string, updates map[string]statusUpdate) {
 		w.pending[key] = p
 	}
 	for name, u := range updates {
-		p[name] = u
+		if _, pending := p[name]; replace || !pending {
+			p[name] = u
+		}
 	}
-	w.queue.Add(key)
 }
 
 // take removes and returns what is pending for key.
@@ -52,18 +60,7 @@ func (w *statusWriter) take(key string) map[string]statusUpdate {
 // giveBack returns updates that failed to be written, unless a newer one of
 // the same volume arrived meanwhile.
 func (w *statusWriter) giveBack(key string, updates map[string]statusUpdate) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	p := w.pending[key]
-	if p == nil {
-		p = map[string]statusUpdate{}
-		w.pending[key] = p
-	}
-	for name, u := range updates {
-		if _, newer := p[name]; !newer {
-			p[name] = u
-		}
-	}
+	w.merge(key, updates, false)
 }
 
 // statusWorker writes queued updates until the queue shuts down.

@@ -79,22 +79,12 @@ func validatePodUID(uid string) error {
 	return nil
 }
 
-// isPodCgroupName reports whether a directory name is the kubelet's cgroup
-// of the pod with uid.
-func isPodCgroupName(name, uid string) bool {
-	if name == "pod"+uid {
-		return true // cgroupfs driver
-	}
-	// systemd driver: kubepods-pod<uid>.slice, kubepods-burstable-pod<uid>.slice,
-	// kubepods-besteffort-pod<uid>.slice, with '-' escaped as '_' in the uid;
-	// below a --cgroup-root slice the parents' names are prefixed, e.g.
-	// kubelet-kubepods-pod<uid>.slice.
-	escaped := strings.ReplaceAll(uid, "-", "_")
-	return strings.Contains(name, "kubepods") && strings.HasSuffix(name, "-pod"+escaped+".slice")
-}
-
-// podUIDOf returns the pod UID a directory name is the kubelet's cgroup of,
-// for either cgroup driver (see isPodCgroupName).
+// podUIDOf returns the pod UID a directory name is the kubelet's cgroup of:
+// pod<uid> with the cgroupfs driver; with the systemd driver
+// kubepods-pod<uid>.slice, kubepods-burstable-pod<uid>.slice or
+// kubepods-besteffort-pod<uid>.slice, '-' in the uid escaped as '_', and
+// below a --cgroup-root slice the parents' names prefixed (e.g.
+// kubelet-kubepods-pod<uid>.slice).
 func podUIDOf(name string) (string, bool) {
 	if uid, ok := strings.CutPrefix(name, "pod"); ok && validatePodUID(uid) == nil {
 		return uid, true
@@ -149,33 +139,11 @@ type queued struct {
 }
 
 func findPodDir(root, uid string) (string, error) {
-	var found []string
-	visited := 0
-	queue := []queued{{root, 0}}
-	for len(queue) > 0 {
-		cur := queue[0]
-		queue = queue[1:]
-		subdirs, err := readSubdirs(cur.path)
-		if err != nil {
-			if cur.path != root && errors.Is(err, fs.ErrNotExist) {
-				continue // removed while we walked
-			}
-			return "", fmt.Errorf("search cgroup of pod %q: %w", uid, err)
-		}
-		if visited++; visited > maxVisitedDirs {
-			return "", fmt.Errorf("search cgroup of pod %q under %q: more than %d directories", uid, root, maxVisitedDirs)
-		}
-		for _, name := range subdirs {
-			p := filepath.Join(cur.path, name)
-			if isPodCgroupName(name, uid) {
-				found = append(found, p)
-				continue
-			}
-			if cur.depth+1 < maxPodSearchDepth {
-				queue = append(queue, queued{p, cur.depth + 1})
-			}
-		}
+	index, err := indexPodDirs(root)
+	if err != nil {
+		return "", fmt.Errorf("search cgroup of pod %q: %w", uid, err)
 	}
+	found := index[uid]
 	switch len(found) {
 	case 0:
 		return "", fmt.Errorf("no cgroup named pod%s or *kubepods*-pod%s.slice within %d levels of %q: %w",
