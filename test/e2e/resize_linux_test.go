@@ -59,15 +59,21 @@ func TestResizeAfterReplacement(t *testing.T) {
 		}
 		v.SetRequest("xfsvol", 480<<20)
 		v.apply()
-		e.waitEvent(v.NS, v.Name, "FilesystemExpanded", "xfsvol")
+		// Wait for the growth itself: an earlier FilesystemExpanded of
+		// xfsvol (its disk.img grown after the data was written) must not
+		// pass for it.
+		var after int64
+		e.eventually("xfsvol grown in the launcher", 60*time.Second, func() error {
+			if after = v.launcherStatfs(t, xfs); after <= before+100<<20 {
+				return fmt.Errorf("launcher sees %d bytes, was %d: not grown", after, before)
+			}
+			return nil
+		})
+		e.waitEvent(v.NS, v.Name, "FilesystemExpanded", "xfsvol: filesystem xfs grew")
 		for _, ev := range e.events(v.NS, v.Name) {
 			if ev.Reason == "ShrinkIgnored" {
 				t.Fatalf("growth was reported as a shrink: %s", ev.Message)
 			}
-		}
-		after := v.launcherStatfs(t, xfs)
-		if after <= before+100<<20 {
-			t.Fatalf("launcher sees %d bytes, was %d: not grown", after, before)
 		}
 		if got := v.sumThroughLauncher(t, xfs); got != sums["xfsvol"] {
 			t.Fatalf("data changed: %s, was %s", got, sums["xfsvol"])
