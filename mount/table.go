@@ -64,8 +64,10 @@ func Parse(r io.Reader) ([]Info, error) {
 	return mounts, err
 }
 
-// Skipped counts the lines ParseLenient could not parse and keeps the
-// first one's error.
+// Skipped records the lines of a mount table that could not be parsed and
+// were left out: how many, and the first one's error (naming its line
+// number and text), so that a caller can log it once and count the rest.
+// The zero value means every line was parsed.
 type Skipped struct {
 	Lines int
 	First error
@@ -77,11 +79,10 @@ type Skipped struct {
 // an error.
 func ParseLenient(r io.Reader) ([]Info, Skipped, error) {
 	var skipped Skipped
-	data, err := io.ReadAll(r)
+	text, err := readText(r)
 	if err != nil {
 		return nil, skipped, fmt.Errorf("read mountinfo: %w", err)
 	}
-	text := string(data)
 	out := make([]Info, 0, strings.Count(text, "\n")+1)
 	for n := 1; len(text) > 0; n++ {
 		line, rest, _ := strings.Cut(text, "\n")
@@ -89,7 +90,7 @@ func ParseLenient(r io.Reader) ([]Info, Skipped, error) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		info, err := parseLine(strings.TrimRight(line, "\r\n"))
+		info, err := parseLine(strings.TrimSuffix(line, "\r"))
 		if err != nil {
 			if skipped.Lines++; skipped.First == nil {
 				skipped.First = fmt.Errorf("mountinfo line %d: %w", n, err)
@@ -99,6 +100,17 @@ func ParseLenient(r io.Reader) ([]Info, Skipped, error) {
 		out = append(out, info)
 	}
 	return out, skipped, nil
+}
+
+// readText reads all of r into one string. A strings.Builder hands its
+// buffer out as the string, where string(io.ReadAll(r)) would copy the
+// whole table once more; from a strings.Reader it is a single allocation.
+func readText(r io.Reader) (string, error) {
+	var b strings.Builder
+	if _, err := io.Copy(&b, r); err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }
 
 // maxFields bounds the fields of one line: ten fixed ones plus the
@@ -127,6 +139,11 @@ func splitFields(line string, buf *[maxFields]string) ([]string, bool) {
 	}
 }
 
+// parseLine parses one line as show_mountinfo writes it: six fields, the
+// optional fields, "-", then the filesystem type, the source and the super
+// options. Only the source can be empty (a mount made with an empty device
+// name); anything the kernel appends after the super options is ignored, as
+// moby/sys/mountinfo ignores it.
 func parseLine(line string) (Info, error) {
 	var i Info
 	var buf [maxFields]string
@@ -137,15 +154,17 @@ func parseLine(line string) (Info, error) {
 	if len(f) < 10 {
 		return i, fmt.Errorf("%d fields, want at least 10: %q", len(f), line)
 	}
-	sep := -1
-	for k := 6; k < len(f); k++ {
-		if f[k] == "-" {
-			sep = k
-			break
-		}
-	}
-	if sep < 0 || len(f) < sep+4 {
+	sep := separator(f)
+	if sep < 0 {
 		return i, fmt.Errorf("no optional-fields separator: %q", line)
+	}
+	if len(f) < sep+4 {
+		return i, fmt.Errorf("%d fields after the separator, want 3: %q", len(f)-sep-1, line)
+	}
+	for k := range sep + 4 {
+		if f[k] == "" && k != sep+2 {
+			return i, fmt.Errorf("field %d is empty: %q", k+1, line)
+		}
 	}
 	var err error
 	if i.ID, err = strconv.Atoi(f[0]); err != nil {
@@ -162,6 +181,18 @@ func parseLine(line string) (Info, error) {
 	i.FSType, i.Source = unescape(f[sep+1]), unescape(f[sep+2])
 	i.SuperOptions = f[sep+3]
 	return i, nil
+}
+
+// separator returns the index of the lone "-" that ends the optional
+// fields, or -1. Searching forward from the seventh field finds it before a
+// source spelled "-": no optional field is ever "-".
+func separator(f []string) int {
+	for k := 6; k < len(f); k++ {
+		if f[k] == "-" {
+			return k
+		}
+	}
+	return -1
 }
 
 // ParseDev parses a device number written "MAJ:MIN".
@@ -192,17 +223,18 @@ func (i *Info) SetOptionalFields(fields []string) {
 	}
 }
 
-// unescape decodes the kernel's octal escapes; anything malformed is kept
-// as it is rather than guessed at.
+// unescape decodes the kernel's octal escapes (show_mountinfo writes
+// space, tab, newline and backslash as \ooo); anything malformed is kept as
+// it is rather than guessed at.
 func unescape(s string) string {
 	if strings.IndexByte(s, '\\') < 0 {
 		return s
 	}
 	var b strings.Builder
+	b.Grow(len(s)) // decoding only shortens: one allocation
 	for k := 0; k < len(s); k++ {
-		if s[k] == '\\' && k+3 < len(s) && isOctal(s[k+1:k+4]) {
-			v, _ := strconv.ParseUint(s[k+1:k+4], 8, 8)
-			b.WriteByte(byte(v))
+		if s[k] == '\\' && k+3 < len(s) && isOctalByte(s[k+1:k+4]) {
+			b.WriteByte((s[k+1]-'0')<<6 | (s[k+2]-'0')<<3 | (s[k+3] - '0'))
 			k += 3
 			continue
 		}
@@ -211,16 +243,11 @@ func unescape(s string) string {
 	return b.String()
 }
 
-func isOctal(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for k := 0; k < 3; k++ {
-		if s[k] < '0' || s[k] > '7' {
-			return false
-		}
-	}
-	return true
+// isOctalByte reports whether s is three octal digits of a byte (\000 to
+// \377).
+func isOctalByte(s string) bool {
+	return len(s) == 3 && s[0] >= '0' && s[0] <= '3' &&
+		s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7'
 }
 
 // Table is one scan of a mount table, indexed for the questions a
@@ -241,17 +268,33 @@ func NewTable(mounts []Info) *Table {
 		byPoint: make(map[string][]*Info, len(mounts)),
 		byDev:   make(map[[2]uint32][]*Info),
 	}
+	// Nearly every mount point, and many devices, have one mount: their
+	// one-element lists are cut from one array (capacity 1, so a second
+	// mount copies the list out) instead of an allocation each.
+	ones := make([]*Info, 2*len(mounts))
 	for k := range t.mounts {
 		m := &t.mounts[k]
+		ones[2*k], ones[2*k+1] = m, m
 		t.byID[m.ID] = m
-		t.byPoint[m.MountPoint] = append(t.byPoint[m.MountPoint], m)
-		key := [2]uint32{m.Major, m.Minor}
-		t.byDev[key] = append(t.byDev[key], m)
+		addTo(t.byPoint, m.MountPoint, ones[2*k:2*k+1:2*k+1])
+		addTo(t.byDev, [2]uint32{m.Major, m.Minor}, ones[2*k+1:2*k+2:2*k+2])
 	}
 	for p, stack := range t.byPoint {
-		t.byPoint[p] = orderStack(stack)
+		if len(stack) > 1 {
+			t.byPoint[p] = orderStack(stack)
+		}
 	}
 	return t
+}
+
+// addTo adds the mount one[0] to the list under key; the first mount under
+// a key gets one itself as its list.
+func addTo[K comparable](index map[K][]*Info, key K, one []*Info) {
+	if list, ok := index[key]; ok {
+		index[key] = append(list, one[0])
+	} else {
+		index[key] = one
+	}
 }
 
 // orderStack sorts the mounts on one mount point bottom to top: each mount
@@ -292,16 +335,27 @@ func orderStack(stack []*Info) []*Info {
 	return ordered
 }
 
-// ReadTable parses the mountinfo file at path, e.g. /proc/1/mountinfo.
+// ReadTable parses the mountinfo file at path, e.g. /proc/1/mountinfo. A
+// line it cannot parse is left out and recorded in Skipped, never fatal:
+// one odd mount must not stop every decision on the node.
 func ReadTable(path string) (*Table, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open mount table %q: %w", path, err)
 	}
 	defer f.Close()
-	mounts, skipped, err := ParseLenient(f)
+	t, err := readTable(f)
 	if err != nil {
 		return nil, fmt.Errorf("parse mount table %q: %w", path, err)
+	}
+	return t, nil
+}
+
+// readTable is ReadTable's work on any reader, for BenchmarkMountinfo.
+func readTable(r io.Reader) (*Table, error) {
+	mounts, skipped, err := ParseLenient(r)
+	if err != nil {
+		return nil, err
 	}
 	t := NewTable(mounts)
 	t.skipped = skipped

@@ -2,6 +2,7 @@ package mount
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,36 +11,53 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestParseMatchesMoby checks the parser against moby/sys/mountinfo on the
-// captured node table and on this machine's live one.
+// TestParseMatchesMoby compares the parser with moby/sys/mountinfo field by
+// field, on the captured tables and this machine's live one. moby has no
+// notion of a line to skip, so it is given one line at a time: it must
+// reject as many lines as ParseLenient skips, and read the others as we do.
 func TestParseMatchesMoby(t *testing.T) {
-	for _, path := range []string{"testdata/node.mountinfo", "/proc/self/mountinfo"} {
+	for _, path := range []string{"testdata/node.mountinfo", "testdata/odd.mountinfo", "/proc/self/mountinfo"} {
 		t.Run(path, func(t *testing.T) {
 			data, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ours, err := Parse(strings.NewReader(string(data)))
+			ours, skipped, err := ParseLenient(strings.NewReader(string(data)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			theirs, err := mountinfo.GetMountsFromReader(strings.NewReader(string(data)), nil)
-			if err != nil {
-				t.Fatal(err)
+			var theirs []Info
+			rejected := 0
+			for _, line := range strings.Split(string(data), "\n") {
+				if line == "" {
+					continue
+				}
+				m, err := mountinfo.GetMountsFromReader(strings.NewReader(line), nil)
+				if err != nil {
+					rejected++
+					continue
+				}
+				theirs = append(theirs, fromMoby(m[0]))
 			}
-			if len(ours) != len(theirs) {
-				t.Fatalf("%d mounts, moby %d", len(ours), len(theirs))
+			if skipped.Lines != rejected || len(ours) != len(theirs) {
+				t.Fatalf("%d mounts, %d skipped; moby %d, %d rejected", len(ours), skipped.Lines, len(theirs), rejected)
 			}
-			for k, m := range theirs {
-				o := ours[k]
-				if o.ID != m.ID || o.Parent != m.Parent || int(o.Major) != m.Major || int(o.Minor) != m.Minor ||
-					o.Root != m.Root || o.MountPoint != m.Mountpoint || o.FSType != m.FSType || o.Source != m.Source ||
-					o.Options != m.Options || o.SuperOptions != m.VFSOptions {
-					t.Fatalf("line %d differs:\nours %+v\nmoby %+v", k+1, o, m)
+			for k := range theirs {
+				if ours[k] != theirs[k] {
+					t.Errorf("mount %d differs:\nours %+v\nmoby %+v", k+1, ours[k], theirs[k])
 				}
 			}
 		})
 	}
+}
+
+// fromMoby is moby's reading of a line, as an Info.
+func fromMoby(m *mountinfo.Info) Info {
+	i := Info{ID: m.ID, Parent: m.Parent, Major: uint32(m.Major), Minor: uint32(m.Minor),
+		Root: m.Root, MountPoint: m.Mountpoint, Options: m.Options,
+		FSType: m.FSType, Source: m.Source, SuperOptions: m.VFSOptions}
+	i.SetOptionalFields(strings.Fields(m.Optional))
+	return i
 }
 
 // BenchmarkParse compares one scan with moby/sys/mountinfo's on the same
@@ -68,59 +86,44 @@ func BenchmarkParse(b *testing.B) {
 	})
 }
 
-// TestParseLenientMatchesMoby: the lines moby/sys/mountinfo reads, field by
-// field, on a table with an empty source and escapes (its parser has no
-// notion of a line to skip, so the malformed one is left out for it).
-func TestParseLenientMatchesMoby(t *testing.T) {
-	data, err := os.ReadFile("testdata/odd.mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var good []string
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		if !strings.HasPrefix(l, "this line") {
-			good = append(good, l)
-		}
-	}
-	text := strings.Join(good, "\n") + "\n"
-	ours, _, err := ParseLenient(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := mountinfo.GetMountsFromReader(strings.NewReader(text), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ours) != len(theirs) {
-		t.Fatalf("%d mounts, moby %d", len(ours), len(theirs))
-	}
-	for k, m := range theirs {
-		o := ours[k]
-		if o.ID != m.ID || o.MountPoint != m.Mountpoint || o.FSType != m.FSType || o.Source != m.Source || o.SuperOptions != m.VFSOptions {
-			t.Errorf("line %d differs:\nours %+v\nmoby %+v", k+1, o, m)
-		}
-	}
-}
-
-// TestReadTableWithAnEmptySource mounts a tmpfs with an empty source in the
-// test's private namespace, as `mount -t tmpfs "" /x` does on a node: the
-// host's table must still read, with that mount in it.
-func TestReadTableWithAnEmptySource(t *testing.T) {
+// TestReadTableOddMounts makes, in the test's private namespace, the mounts
+// of issue 10: a tmpfs with an empty source (`mount -t tmpfs "" /x`), a
+// file bind of a disk.img from it, and names with every character the
+// kernel escapes. The live table must still read with nothing skipped, and
+// each mount be found on its path with its source as given. Before the fix
+// ReadTable failed on the first of them.
+func TestReadTableOddMounts(t *testing.T) {
 	testutil.RequiresRoot(t)
-	dir := t.TempDir()
-	if err := unix.Mount("", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	tbl, err := ReadTable("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatalf("read table: %v", err)
-	}
-	top, _ := tbl.Top(dir)
-	if top == nil || top.Source != "" || top.FSType != "tmpfs" {
-		t.Fatalf("mount on %q = %+v, want a tmpfs with an empty source", dir, top)
-	}
-	if s := tbl.Skipped(); s.Lines != 0 {
-		t.Fatalf("skipped %+v", s)
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	for _, tc := range []struct{ name, dir, source string }{
+		{"empty source", "empty-source", ""},
+		{"empty source, escaped point", "my disk", ""},
+		{"escapes", "tab\tnew\nline back\\slash", "src with space\tand\\"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, target := filepath.Join(base, tc.dir), filepath.Join(base, tc.dir+".img")
+			must(t, os.Mkdir(dir, 0o755))
+			must(t, unix.Mount(tc.source, dir, "tmpfs", 0, "size=1m"))
+			t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+			must(t, os.WriteFile(filepath.Join(dir, "disk.img"), nil, 0o644))
+			must(t, os.WriteFile(target, nil, 0o644))
+			must(t, unix.Mount(filepath.Join(dir, "disk.img"), target, "", unix.MS_BIND, ""))
+			t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+
+			tbl, err := ReadTable("/proc/self/mountinfo")
+			if err != nil {
+				t.Fatalf("read table: %v", err)
+			}
+			if s := tbl.Skipped(); s.Lines != 0 {
+				t.Fatalf("skipped %+v", s)
+			}
+			for path, root := range map[string]string{dir: "/", target: "/disk.img"} {
+				top, n := tbl.Top(path)
+				if n != 1 || top.Source != tc.source || top.FSType != "tmpfs" || top.Root != root {
+					t.Errorf("%d mounts on %q, top %+v; want a tmpfs of root %q, source %q", n, path, top, root, tc.source)
+				}
+			}
+		})
 	}
 }

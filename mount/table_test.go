@@ -60,55 +60,119 @@ func TestTableQuestions(t *testing.T) {
 	}
 }
 
+// TestParseRejectsMalformed: what is not in the kernel's format is an
+// error for Parse (and a skipped line for ParseLenient), never a guess.
 func TestParseRejectsMalformed(t *testing.T) {
-	for _, line := range []string{
-		"1 2 3",
-		"x 1 8:1 / / rw - ext4 /dev/a rw",
-		"1 1 8 / / rw - ext4 /dev/a rw",
-		"1 1 8:1 / / rw shared:1 ext4 /dev/a rw",
+	for _, tc := range []struct{ name, line string }{
+		{"too few fields", "1 2 3"},
+		{"mount id", "x 1 8:1 / / rw - ext4 /dev/a rw"},
+		{"device", "1 1 8 / / rw - ext4 /dev/a rw"},
+		{"no separator", "1 1 8:1 / / rw shared:1 ext4 /dev/a rw"},
+		{"cut after the type", "1 1 8:1 / / rw shared:1 - ext4"},
+		{"cut after the source", "1 1 8:1 / / rw shared:1 - ext4 /dev/a"},
+		{"empty root", "1 1 8:1  / rw - ext4 /dev/a rw"},
+		{"empty optional field", "1 1 8:1 / / rw shared:1  - ext4 /dev/a rw"},
+		{"empty type", "1 1 8:1 / / rw -  /dev/a rw"},
+		{"empty super options", "1 1 8:1 / / rw - ext4 /dev/a "},
+		{"too many fields", "1 1 8:1 / / rw" + strings.Repeat(" shared:1", 30) + " - ext4 /dev/a rw"},
 	} {
-		if _, err := Parse(strings.NewReader(line + "\n")); err == nil {
-			t.Errorf("accepted %q", line)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if m, err := Parse(strings.NewReader(tc.line + "\n")); err == nil {
+				t.Errorf("accepted %q as %+v", tc.line, m)
+			}
+		})
 	}
 }
 
-// TestParseLenientOddLines: a mount made with an empty source prints an
-// empty field ("- tmpfs  rw"); that is the kernel's format, not an error.
-// A line that is really malformed is skipped and counted, never fatal for
-// the rest of the table (issue 10: one line stopped the whole node).
-func TestParseLenientOddLines(t *testing.T) {
+// TestParseKernelFormat: single lines as show_mountinfo writes them, each
+// field where the kernel puts it, escapes decoded.
+func TestParseKernelFormat(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       Info
+	}{
+		{"empty source", "31 22 0:45 / /run/x rw,relatime shared:9 - tmpfs  rw,size=1024k",
+			Info{ID: 31, Parent: 22, Minor: 45, Root: "/", MountPoint: "/run/x", Options: "rw,relatime", Shared: 9, FSType: "tmpfs", SuperOptions: "rw,size=1024k"}},
+		{"empty source, no optional fields", "31 22 0:45 / /run/x rw - tmpfs  rw",
+			Info{ID: 31, Parent: 22, Minor: 45, Root: "/", MountPoint: "/run/x", Options: "rw", FSType: "tmpfs", SuperOptions: "rw"}},
+		{"source spelled -", "31 22 0:45 / /run/x rw - tmpfs - rw",
+			Info{ID: 31, Parent: 22, Minor: 45, Root: "/", MountPoint: "/run/x", Options: "rw", FSType: "tmpfs", Source: "-", SuperOptions: "rw"}},
+		{"shared and slave", "40 22 253:7 /disk.img /t/d.img rw shared:5 master:3 propagate_from:1 - xfs /dev/sdb rw,attr2",
+			Info{ID: 40, Parent: 22, Major: 253, Minor: 7, Root: "/disk.img", MountPoint: "/t/d.img", Options: "rw", Shared: 5, Master: 3, FSType: "xfs", Source: "/dev/sdb", SuperOptions: "rw,attr2"}},
+		{"unbindable", "41 22 0:50 / /run/p rw unbindable - tmpfs tmpfs rw",
+			Info{ID: 41, Parent: 22, Minor: 50, Root: "/", MountPoint: "/run/p", Options: "rw", Unbindable: true, FSType: "tmpfs", Source: "tmpfs", SuperOptions: "rw"}},
+		{"escapes", `42 22 0:51 /a\040b /t/tab\011new\012back\134 rw - tmpfs src\040x\134 rw`,
+			Info{ID: 42, Parent: 22, Minor: 51, Root: "/a b", MountPoint: "/t/tab\tnew\nback\\", Options: "rw", FSType: "tmpfs", Source: `src x\`, SuperOptions: "rw"}},
+		{"malformed escapes kept", `43 22 0:52 / /t/a\0b\400\ rw - tmpfs none rw`,
+			Info{ID: 43, Parent: 22, Minor: 52, Root: "/", MountPoint: `/t/a\0b\400\`, Options: "rw", FSType: "tmpfs", Source: "none", SuperOptions: "rw"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(strings.NewReader(tc.line + "\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseLenientSkipsOnlyTheBadLine reads a captured table (mounts made
+// with mount(8) in a private namespace: an empty source, including on the
+// file bind of a disk.img, escapes in every field the kernel escapes) with
+// one line cut short. That line is skipped and recorded; every other line
+// parses with the right fields (issue 10: one line stopped the whole node).
+func TestParseLenientSkipsOnlyTheBadLine(t *testing.T) {
+	tbl := readTestdata(t, "odd.mountinfo")
+	skipped := tbl.Skipped()
+	if skipped.Lines != 1 || skipped.First == nil || !strings.Contains(skipped.First.Error(), "mountinfo line 10:") {
+		t.Fatalf("skipped = %+v, want line 10 only", skipped)
+	}
+	if tbl.Len() != 15 {
+		t.Fatalf("%d mounts, want 15", tbl.Len())
+	}
+	const hp = "/var/lib/kubelet/pods/9f8e7d6c-launcher/volumes/kubernetes.io~empty-dir/hotplug-disks/"
+	for _, tc := range []struct {
+		name string
+		want Info
+	}{
+		{"empty source", Info{ID: 330068, Parent: 330067, Minor: 42, Root: "/",
+			MountPoint: "/var/lib/kubelet/pods/0a1b2c3d-hp/volumes/kubernetes.io~csi/pvc-a/mount",
+			Options:    "rw,relatime", Shared: 1033, FSType: "tmpfs", SuperOptions: "rw"}},
+		{"bind from an empty source, escaped space", Info{ID: 330070, Parent: 330067, Minor: 42, Root: "/disk.img",
+			MountPoint: hp + "my disk.img", Options: "rw,relatime", Shared: 1033, FSType: "tmpfs", SuperOptions: "rw"}},
+		{"shared slave, escaped source", Info{ID: 330071, Parent: 330067, Minor: 43, Root: "/disk.img",
+			MountPoint: hp + "b.img", Options: "rw,relatime", Shared: 1035, Master: 1034, FSType: "tmpfs",
+			Source: "src with space", SuperOptions: "rw"}},
+		{"tab", Info{ID: 330073, Parent: 330067, Minor: 44, Root: "/", MountPoint: "/var/lib/kubelet/odd/tab\tdir",
+			Options: "rw,relatime", Shared: 1036, FSType: "tmpfs", Source: "tab\tsrc", SuperOptions: "rw"}},
+		{"newline", Info{ID: 278088, Parent: 330067, Minor: 45, Root: "/", MountPoint: "/var/lib/kubelet/odd/new\nline",
+			Options: "rw,relatime", Shared: 1037, FSType: "tmpfs", Source: "none", SuperOptions: "rw"}},
+		{"backslash", Info{ID: 278089, Parent: 330067, Minor: 46, Root: "/", MountPoint: `/var/lib/kubelet/odd/back\slash`,
+			Options: "rw,relatime", Shared: 1038, FSType: "tmpfs", Source: `back\src`, SuperOptions: "rw"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tbl.ByID(tc.want.ID)
+			if got == nil || *got != tc.want {
+				t.Fatalf("got %+v\nwant %+v", got, tc.want)
+			}
+			if top, n := tbl.Top(tc.want.MountPoint); top != got || n != 1 {
+				t.Fatalf("Top = %+v, %d", top, n)
+			}
+		})
+	}
+	if old, _ := tbl.Top(hp + "old.img"); old == nil || !old.Deleted() || old.Source != "" {
+		t.Errorf("deleted bind from an empty source: %+v", old)
+	}
+	if n := len(tbl.ByDevice(0, 42)); n != 3 {
+		t.Errorf("ByDevice(0:42) = %d mounts, want the empty-source tmpfs and its 2 binds", n)
+	}
 	data, err := os.ReadFile("testdata/odd.mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mounts, skipped, err := ParseLenient(strings.NewReader(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if skipped.Lines != 1 || skipped.First == nil || !strings.Contains(skipped.First.Error(), "line 4") {
-		t.Fatalf("skipped = %+v, want line 4 only", skipped)
-	}
-	if len(mounts) != 4 {
-		t.Fatalf("%d mounts, want 4", len(mounts))
-	}
-	for _, tc := range []struct {
-		k                                    int
-		mountPoint, source, fstype, superOps string
-	}{
-		{1, "/run/empty-source", "", "tmpfs", "rw,size=1024k"},
-		{2, "/var/lib/kubelet/pods/p1/volumes/kubernetes.io~empty-dir/hotplug-disks/my disk.img", "/dev/loop3", "ext4", "rw"},
-		{3, "/var/lib/kubelet/pods/p2/volumes/kubernetes.io~empty-dir/hotplug-disks/d.img", "/dev/sdb", "xfs", "rw,attr2"},
-	} {
-		m := mounts[tc.k]
-		if m.MountPoint != tc.mountPoint || m.Source != tc.source || m.FSType != tc.fstype || m.SuperOptions != tc.superOps {
-			t.Errorf("mount %d = %+v, want %+v", tc.k, m, tc)
-		}
-	}
-	if mounts[3].Master != 4 || mounts[1].Shared != 9 {
-		t.Errorf("peer groups lost: %+v", mounts)
-	}
-	if _, err := Parse(strings.NewReader(string(data))); err == nil {
-		t.Error("Parse accepted a malformed line")
+	if _, err := Parse(strings.NewReader(string(data))); err == nil || err.Error() != skipped.First.Error() {
+		t.Errorf("Parse = %v, want the skipped line's error", err)
 	}
 }

@@ -85,7 +85,7 @@ func (d *demo) showLauncher() error {
 	ls, mi, _ := strings.Cut(out, "----\n")
 	sub("launcher view (inside its mount namespace): ls -ln $HP")
 	block(d.short(ls))
-	mounts, err := mount.Parse(strings.NewReader(mi))
+	mounts, _, err := mount.ParseLenient(strings.NewReader(mi))
 	if err != nil {
 		return fmt.Errorf("parse the launcher's mountinfo: %w", err)
 	}
