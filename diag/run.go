@@ -3,6 +3,7 @@ package diag
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 
 	"github.com/hpmount/hpmount/blockdev"
@@ -37,6 +38,9 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	rep := &Report{APIVersion: APIVersion, Node: opts.NodeName, KubeletRoot: root.Path, MountSource: source,
 		Volumes: []Volume{}, Orphans: []OrphanEntry{}}
 	warn := func(s string) { rep.Warnings = append(rep.Warnings, s) }
+	if k := table.Skipped(); k.Lines > 0 {
+		warn(fmt.Sprintf("%d lines of the mount table could not be parsed and were left out; the first: %v", k.Lines, k.First))
+	}
 	cl, err := collect(ctx, &opts, c, warn)
 	if err != nil {
 		return nil, err
