@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -18,8 +17,8 @@ import (
 )
 
 // reconcile brings one VMI's launcher in line with the VMI. Every engine
-// call of one reconcile shares one Snapshot: the reconcile is one batch,
-// one mountinfo scan.
+// call of one reconcile uses one Snapshot of the mount table, itself shared
+// with other VMIs' reconciles while it is current (see snapshots.go).
 func (a *Agent) reconcile(ctx context.Context, key string) error {
 	start := time.Now()
 	defer func() { a.obs.Reconciled(time.Since(start)) }()
@@ -45,12 +44,12 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 		a.log.Error("cannot decode vmi", "vmi", key, "error", err.Error())
 		return nil
 	}
-	return a.reconcileVMI(ctx, key, vmi, u, resync, a.takeArrival(key, start))
+	return a.reconcileVMI(ctx, key, vmi, resync, a.takeArrival(key, start))
 }
 
 // reconcileVMI cleans the VMI's launchers that are gone and reconciles the
 // one that runs here.
-func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI, u *unstructured.Unstructured, resync bool, arrived time.Time) error {
+func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI, resync bool, arrived time.Time) error {
 	st := a.stateFor(key, vmi.UID)
 	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
 	log := a.log.With("vmi", key)
@@ -67,7 +66,7 @@ func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI,
 		a.reportPending(vmi)
 		return nil
 	}
-	involved := stale
+	involved := slices.Clone(stale)
 	if launcher != nil {
 		involved = append(involved, launcher.UID)
 	}
