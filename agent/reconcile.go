@@ -106,7 +106,7 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 	})
 	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
 	log := a.log.With("vmi", vmi.Namespace+"/"+vmi.Name)
-	a.report(ctx, st, ref, log, s)
+	a.report(st, ref, log, s)
 	if s.Requeue {
 		a.queue.AddAfter(vmi.Namespace+"/"+vmi.Name, time.Second)
 	}
@@ -154,7 +154,7 @@ func (a *Agent) detachAll(ctx context.Context, snap Snapshot, st *vmiState, ref 
 	}
 	done := a.apply(ctx, snap, launcher, buildPlan(planInput{Observed: observed}))
 	s := summarize(summaryInput{Observed: observed, Applied: done})
-	a.report(ctx, st, ref, log, s)
+	a.report(st, ref, log, s)
 	return errors.Join(s.Errs...)
 }
 

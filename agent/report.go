@@ -34,9 +34,9 @@ func vmiRef(ns, name string, uid types.UID, rv string) *corev1.ObjectReference {
 }
 
 // report carries a summary out: metrics, logs, Events (ref nil sends
-// none), remembered growth capacities and, when enabled, the VMI's
-// volumeStatus. Only a failed status patch is an error.
-func (a *Agent) report(ctx context.Context, st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, s summary) {
+// none) and the growth capacities to remember. The volumeStatus updates go
+// to the status writer's queue (see reconcileLauncher).
+func (a *Agent) report(st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, s summary) {
 	for _, o := range s.Ops {
 		a.obs.OpAttempt(string(o.Op), string(o.Result), o.Took)
 		a.logOp(log, o)
