@@ -1,12 +1,18 @@
 package node
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"sync"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 )
 
@@ -81,4 +87,91 @@ func (e *Engine) quickGrow(t *mount.Table, v agent.DesiredVolume) (agent.GrowRes
 	now.mountID, now.deviceBytes = top.ID, size
 	r, ok := e.memo.recall(growKey{v.LauncherUID, v.Name}, now)
 	return r, now, ok
+}
+
+// Grow checks and grows a filesystem volume online; for a block volume it
+// reports the device size.
+func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (agent.GrowResult, error) {
+	t, err := table(s)
+	if err != nil {
+		return agent.GrowResult{}, err
+	}
+	dir := hotplugDisks(v.LauncherUID)
+	if v.Mode == kubevirt.Block {
+		return e.blockSize(dir, v.Name)
+	}
+	quick, now, ok := e.quickGrow(t, v)
+	if ok {
+		return quick, nil
+	}
+	r, err := e.grower.Grow(t, dir, v.Name, mount.GrowOptions{
+		GrowFilesystem:     e.grow.Filesystems && !e.published(v),
+		ExpandDiskImage:    e.grow.DiskImages,
+		CapacityBytes:      v.CapacityBytes,
+		FilesystemOverhead: v.FilesystemOverhead,
+	})
+	res := agent.GrowResult{
+		DeviceBytes:      r.DeviceBytes,
+		FilesystemBefore: r.FilesystemBefore,
+		FilesystemAfter:  r.FilesystemAfter,
+		DiskImageBefore:  r.DiskImageBefore,
+		DiskImageAfter:   r.DiskImageAfter,
+		FilesystemType:   r.FSType,
+		Grown:            r.Grown,
+		ImageGrown:       r.ImageGrown,
+		SlackBytes:       mount.GrowSlackBytes,
+	}
+	if err == nil && !r.NeedsGrowth && now.mountID != 0 && now.deviceBytes == r.DeviceBytes {
+		// Nothing was due: the same answer holds until the mount, the
+		// device size or the claim changes.
+		now.result = agent.GrowResult{DeviceBytes: res.DeviceBytes, FilesystemBefore: res.FilesystemAfter,
+			FilesystemAfter: res.FilesystemAfter, DiskImageBefore: res.DiskImageAfter, DiskImageAfter: res.DiskImageAfter,
+			FilesystemType: res.FilesystemType, SlackBytes: res.SlackBytes}
+		e.memo.remember(growKey{v.LauncherUID, v.Name}, now)
+	}
+	return res, stuck(busy(err))
+}
+
+// published reports whether the attachment pod still publishes the
+// volume: then the kubelet's NodeExpandVolume grows its filesystem, and a
+// second resizer would only race it.
+func (e *Engine) published(v agent.DesiredVolume) bool {
+	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
+		return false
+	}
+	err := e.ns.Do(func() error {
+		_, err := kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
+		return err
+	})
+	return err == nil
+}
+
+// stuck marks a call abandoned past its deadline for the agent.
+func stuck(err error) error {
+	if errors.Is(err, isolation.ErrStuck) {
+		return fmt.Errorf("%w: %w", agent.ErrStuck, err)
+	}
+	return err
+}
+
+// busy marks a resize that lost a race with another resizer.
+func busy(err error) error {
+	if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EAGAIN) {
+		return fmt.Errorf("%w: %w", agent.ErrBusy, err)
+	}
+	return err
+}
+
+func (e *Engine) blockSize(dir, name string) (agent.GrowResult, error) {
+	nodes, err := e.nodes.Observe(dir)
+	if err != nil {
+		return agent.GrowResult{}, err
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			size, err := mount.BlockDeviceSize(e.sysRoot, n.Device.Major, n.Device.Minor)
+			return agent.GrowResult{DeviceBytes: size, SlackBytes: mount.GrowSlackBytes}, err
+		}
+	}
+	return agent.GrowResult{}, fmt.Errorf("block node %q not found in %q", name, dir)
 }
