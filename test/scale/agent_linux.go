@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hpmount/hpmount/test/harness"
@@ -173,44 +170,6 @@ func (h hist) quantile(q float64) float64 {
 		lower, below = b.GetUpperBound(), c
 	}
 	return lower
-}
-
-// procStat is a process's CPU time and memory from /proc.
-type procStat struct {
-	cpu       time.Duration
-	rss, peak int64
-}
-
-func readProcStat(pid int) (procStat, error) {
-	var p procStat
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return p, err
-	}
-	// Fields after the command name, which may hold spaces: utime is the
-	// 14th field, stime the 15th.
-	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
-	f := strings.Fields(rest)
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	p.cpu = time.Duration(ut+st) * time.Second / 100 // USER_HZ
-	s, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return p, err
-	}
-	defer s.Close()
-	sc := bufio.NewScanner(s)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch k {
-		case "VmRSS":
-			p.rss = kb << 10
-		case "VmHWM":
-			p.peak = kb << 10
-		}
-	}
-	return p, sc.Err()
 }
 
 // profile saves the agent's CPU profile over d to path.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -280,7 +281,7 @@ func (e *env) awaitWave(a *agent) error {
 // changing: its CPU, its reconciles, its mount-table reads, its memory.
 func (e *env) measureIdle(a *agent) error {
 	time.Sleep(2 * time.Second) // let the last detach's follow-ups pass
-	before, err := readProcStat(a.cmd.Process.Pid)
+	before, err := harness.ReadProcStat(a.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -295,7 +296,7 @@ func (e *env) measureIdle(a *agent) error {
 	} else {
 		time.Sleep(e.opts.idle + 2*time.Second) // one resync wave falls inside
 	}
-	after, err := readProcStat(a.cmd.Process.Pid)
+	after, err := harness.ReadProcStat(a.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -309,7 +310,7 @@ func (e *env) measureIdle(a *agent) error {
 		}
 	}
 	window := e.opts.idle + 2*time.Second
-	cpu := (after.cpu - before.cpu).Seconds() * 60 / window.Seconds()
+	cpu := (after.CPU - before.CPU).Seconds() * 60 / window.Seconds()
 	rec := m1.hist("hpmount_reconcile_duration_seconds").minus(m0.hist("hpmount_reconcile_duration_seconds"))
 	scan := m1.hist("hpmount_mountinfo_scan_duration_seconds").minus(m0.hist("hpmount_mountinfo_scan_duration_seconds"))
 	e.report.add(row{what: fmt.Sprintf("CPU with nothing changing (resync every %s)", e.opts.idle), unit: "s per 60 s", runs: []float64{cpu}, target: 0.5})
@@ -317,9 +318,9 @@ func (e *env) measureIdle(a *agent) error {
 		target: 2, targetOn: "p50", note: fmt.Sprintf("%d reconciles; p50 and p99 interpolated in the histogram buckets; mean %.3f ms; p99 target 20 ms", rec.count, rec.mean()*1000), quantiles: true})
 	e.report.add(row{what: "mountinfo read and parse in the agent", unit: "ms", runs: []float64{scan.mean() * 1000}, target: 60,
 		note: fmt.Sprintf("%d reads in the idle window for %d VMIs (once per batch, not per VMI)", scan.count, len(e.vms))})
-	e.report.add(row{what: fmt.Sprintf("agent RSS with %d VMIs (high-water mark %s)", len(e.vms), mib(after.peak)), unit: "MiB", runs: []float64{float64(after.rss) / (1 << 20)}})
+	e.report.add(row{what: fmt.Sprintf("agent RSS with %d VMIs (high-water mark %s)", len(e.vms), mib(after.Peak)), unit: "MiB", runs: []float64{float64(after.RSS) / (1 << 20)}})
 	fmt.Printf("   idle: %.2f s CPU per 60 s, %d reconciles (mean %.2f ms), %d mountinfo reads (mean %.1f ms), RSS %s\n",
-		cpu, rec.count, rec.mean()*1000, scan.count, scan.mean()*1000, mib(after.rss))
+		cpu, rec.count, rec.mean()*1000, scan.count, scan.mean()*1000, mib(after.RSS))
 	return nil
 }
 
@@ -362,7 +363,7 @@ func (e *env) measureStorm(a *agent) error {
 		return nil
 	}
 	vms := e.vms[:min(e.opts.stormVMIs, len(e.vms))]
-	before, err := readProcStat(a.cmd.Process.Pid)
+	before, err := harness.ReadProcStat(a.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -395,10 +396,10 @@ func (e *env) measureStorm(a *agent) error {
 		return fmt.Errorf("converge after the storm: %w", err)
 	}
 	converge := time.Since(start) - sent
-	after, _ := readProcStat(a.cmd.Process.Pid)
+	after, _ := harness.ReadProcStat(a.cmd.Process.Pid)
 	e.report.add(row{what: fmt.Sprintf("storm: %d changes in %s on %d VMIs (%.0f/s), time to converge after the last", changes, sent.Round(time.Second), len(vms), float64(changes)/sent.Seconds()),
 		unit: "s", runs: []float64{converge.Seconds()},
-		note: fmt.Sprintf("max queue depth %d; agent CPU %.1f s during the storm", <-maxDepth, (after.cpu - before.cpu).Seconds())})
+		note: fmt.Sprintf("max queue depth %d; agent CPU %.1f s during the storm", <-maxDepth, (after.CPU - before.CPU).Seconds())})
 	for v, vols := range all { // restore the full node
 		v.vols = append(v.vols, vols...)
 		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
@@ -513,8 +514,8 @@ func (e *env) measureBig() error {
 		if err != nil {
 			return err
 		}
-		p, _ := readProcStat(a.cmd.Process.Pid)
-		rss = max(rss, float64(p.rss)/(1<<20))
+		p, _ := harness.ReadProcStat(a.cmd.Process.Pid)
+		rss = max(rss, float64(p.RSS)/(1<<20))
 		heap = max(heap, m.sum("go_memstats_heap_inuse_bytes", nil)/(1<<20))
 	}
 	if e.opts.heapProfile != "" {
