@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,5 +296,47 @@ func TestSweepGrowthLeftovers(t *testing.T) {
 	must(t, err)
 	if got := t2.ByDevice(uint32(unix.Major(fs.Dev(t))), uint32(unix.Minor(fs.Dev(t)))); len(got) != 0 {
 		t.Fatalf("the device is still mounted: %+v", got)
+	}
+}
+
+// TestFullOrReadOnlyHotplugDisks: a launcher's hotplug-disks that is full
+// (no inode left) or read-only gets a clear error naming the cause, and no
+// partial state: no target file, no mount.
+func TestFullOrReadOnlyHotplugDisks(t *testing.T) {
+	for _, tc := range []struct {
+		name, opts, want string
+	}{
+		{"read-only", "ro", "read-only file system"},
+		{"full", "nr_inodes=2", "no space left on device"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newLinkedRoot(t)
+			dir := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
+			must(t, unix.Mount("hotplug-disks", dir, "tmpfs", 0, "size=1m,"+tc.opts))
+			t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+			if tc.name == "full" {
+				// Use up the inodes the directory has left.
+				for i := 0; ; i++ {
+					if os.WriteFile(filepath.Join(dir, fmt.Sprintf("junk%d", i)), nil, 0o644) != nil {
+						break
+					}
+				}
+			}
+			e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+				CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
+			must(t, err)
+			defer e.Close()
+			snap, err := e.Snapshot(context.Background())
+			must(t, err)
+			v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+				Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+			_, err = e.Attach(context.Background(), snap, v)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("attach into a %s hotplug-disks = %v, want an error saying %q", tc.name, err, tc.want)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "fs.img")); !os.IsNotExist(err) {
+				t.Fatalf("partial state left: %v", err)
+			}
+		})
 	}
 }
