@@ -12,5 +12,11 @@
 //
 // Mount-changing syscalls must run in the host's mount namespace, not in the
 // agent container's slave view. MountNamespace runs functions on an OS thread
-// that has joined that namespace.
+// that has joined that namespace (found through Host: a host process in the
+// host's procfs). With a timeout set, a call that has not returned in time
+// is abandoned on its thread and a new thread serves the calls that follow,
+// so one syscall stuck in the kernel never stops the rest; Health says how
+// many were abandoned and how long the oldest has been stuck.
+//
+// It refuses any knowledge of kubelet layouts, KubeVirt or mounts.
 package isolation
