@@ -70,7 +70,9 @@ func planVolume(in planInput, it *volumeIntent, o *ObservedVolume) (attach, grow
 	switch {
 	case it.Attachable && !ok:
 		attach = []op{{Kind: outcome.Attach, Name: name, Intent: it, Observed: o}}
-	case it.Attachable && it.Desired.Mode == kubevirt.Block && in.Resync:
+	case ok && it.Desired.Mode == kubevirt.Block && in.Resync:
+		// Also when the attachment pod is gone: the node's cgroup rule
+		// can be lost long after the volume was published.
 		attach = []op{{Kind: outcome.Verify, Name: name, Intent: it, Observed: o}}
 	}
 	// A volume attached in this pass is not in this pass's mount table

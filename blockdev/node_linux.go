@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -108,14 +111,24 @@ func (n *Nodes) verifyAndOwn(dfd int, targetDir, name string, p Published) error
 	if err := unix.Fchownat(fd, "", n.UID, n.GID, unix.AT_EMPTY_PATH); err != nil {
 		return fmt.Errorf("chown node %q in %q: %w", name, targetDir, err)
 	}
-	return nil
+	return n.record(fd, p.Device)
 }
 
+// fixOwner corrects the owner of a node that already names the published
+// device, and records which disk that is if the node has no record yet.
 func (n *Nodes) fixOwner(dfd int, targetDir, name string, p Published, st *unix.Stat_t) error {
-	if int(st.Uid) == n.UID && int(st.Gid) == n.GID {
+	if int(st.Uid) != n.UID || int(st.Gid) != n.GID {
+		return n.verifyAndOwn(dfd, targetDir, name, p)
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open node %q in %q: %w", name, targetDir, err)
+	}
+	defer unix.Close(fd)
+	if _, err := recorded(fd); err == nil {
 		return nil
 	}
-	return n.verifyAndOwn(dfd, targetDir, name, p)
+	return n.record(fd, p.Device)
 }
 
 // Remove unlinks the block node targetDir/name and returns the device it
@@ -196,4 +209,102 @@ func (n *Nodes) openDir(rel string) (*os.File, error) {
 	}
 	defer root.Close()
 	return isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+}
+
+// diskSeqAttr holds, on a node, the sequence number of the disk it was
+// made for. The kernel gives every disk a new one when it appears, so a
+// major:minor given to another disk later has another.
+const diskSeqAttr = "trusted.hpmount.diskseq"
+
+func (n *Nodes) diskSeq(dev Device) (string, error) {
+	sys := n.SysRoot
+	if sys == "" {
+		sys = "/sys"
+	}
+	b, err := os.ReadFile(filepath.Join(sys, "dev", "block", fmt.Sprintf("%d:%d", dev.Major, dev.Minor), "diskseq"))
+	if err != nil {
+		return "", fmt.Errorf("sequence number of disk %s: %w", dev, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// record keeps the disk's sequence number on the node behind fd, a node
+// already verified to be dev. A kernel without sequence numbers, or a
+// filesystem without trusted xattrs, leaves the node without a record:
+// Recheck then grants nothing for it.
+func (n *Nodes) record(fd int, dev Device) error {
+	seq, err := n.diskSeq(dev)
+	if err != nil {
+		return nil
+	}
+	err = unix.Setxattr(procFd(fd), diskSeqAttr, []byte(seq), 0)
+	if errors.Is(err, unix.ENOTSUP) {
+		// A kubelet root on a filesystem without trusted xattrs: the
+		// node works, only an unpublished volume's lost rule cannot be
+		// granted again (Recheck says why).
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record disk %s on its node: %w", dev, err)
+	}
+	return nil
+}
+
+// recorded reads the sequence number kept on the node behind fd.
+func recorded(fd int) (string, error) {
+	buf := make([]byte, 32)
+	sz, err := unix.Getxattr(procFd(fd), diskSeqAttr, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:sz]), nil
+}
+
+// procFd names fd through procfs: the xattr calls do not take an O_PATH
+// descriptor, and the magic link reaches exactly its inode.
+func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+func (n *Nodes) recheck(targetDir, name string) (Device, error) {
+	if err := kubelet.ValidName(name); err != nil {
+		return Device{}, err
+	}
+	var dev Device
+	err := n.NS.Do(func() error {
+		dir, err := n.openDir(targetDir)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open node %q in %q: %w", name, targetDir, err)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("stat node %q in %q: %w", name, targetDir, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+			return fmt.Errorf("%q in %q: %w: not a block device", name, targetDir, isolation.ErrUnsafePath)
+		}
+		dev = Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+		return n.confirm(fd, dev)
+	})
+	return dev, err
+}
+
+// confirm checks the node's record against the disk that now has dev.
+func (n *Nodes) confirm(fd int, dev Device) error {
+	want, err := recorded(fd)
+	if err != nil {
+		return fmt.Errorf("node of %s: %w: no record of the disk it was made for (%v)", dev, ErrUnconfirmed, err)
+	}
+	now, err := n.diskSeq(dev)
+	if err != nil {
+		return fmt.Errorf("node of %s: %w: %v", dev, ErrUnconfirmed, err)
+	}
+	if now != want {
+		return fmt.Errorf("node of %s: %w: %s is now disk %s, the node was made for disk %s", dev, ErrUnconfirmed, dev, now, want)
+	}
+	return nil
 }

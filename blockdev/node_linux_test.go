@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -202,4 +203,48 @@ func TestNodeRefusals(t *testing.T) {
 func ensureErr(n *Nodes, dir, name string, p Published) error {
 	_, _, err := n.Ensure(dir, name, p)
 	return err
+}
+
+// TestRecheckConfirmsTheDisk: a node made by Ensure carries the sequence
+// number of its disk, so a later check, after an agent restart too, tells
+// the volume's disk from another that was given the same major:minor.
+func TestRecheckConfirmsTheDisk(t *testing.T) {
+	f := newNodeFixture(t)
+	p, err := f.nodes.PublishedDevice(hpPod, pvName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.nodes.Ensure(targetRel, "vol", p); err != nil {
+		t.Fatal(err)
+	}
+	if dev, err := f.nodes.Recheck(targetRel, "vol"); err != nil || dev != p.Device {
+		t.Fatalf("recheck = %v, %v; want %v confirmed", dev, err, p.Device)
+	}
+	// A restarted agent has nothing but the node.
+	restarted := &Nodes{NS: f.nodes.NS, Root: f.nodes.Root, UID: 107, GID: 107}
+	if dev, err := restarted.Recheck(targetRel, "vol"); err != nil || dev != p.Device {
+		t.Fatalf("recheck after restart = %v, %v; want %v confirmed", dev, err, p.Device)
+	}
+	if _, err := f.nodes.Recheck(targetRel, "missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("recheck of a missing node = %v, want not exist", err)
+	}
+	// A node nobody recorded (made by hand, or by another tool).
+	unrecorded := filepath.Join(f.root, targetRel, "other")
+	if err := unix.Mknod(unrecorded, unix.S_IFBLK|0o660, int(f.loop.Dev(t))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.nodes.Recheck(targetRel, "other"); !errors.Is(err, ErrUnconfirmed) {
+		t.Fatalf("recheck of an unrecorded node = %v, want ErrUnconfirmed", err)
+	}
+	// The loop device is detached and its number given to another disk.
+	testutil.Run(t, "losetup", "-d", f.loop.Device)
+	backing := filepath.Join(t.TempDir(), "other.img")
+	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Run(t, "losetup", f.loop.Device, backing)
+	_, err = f.nodes.Recheck(targetRel, "vol")
+	if !errors.Is(err, ErrUnconfirmed) || !strings.Contains(err.Error(), "is now disk") {
+		t.Fatalf("recheck after the number was reused = %v, want ErrUnconfirmed naming both disks", err)
+	}
 }

@@ -28,3 +28,7 @@ func (n *Nodes) Remove(targetDir, name string) (outcome.Result, Device, error) {
 func (n *Nodes) Observe(targetDir string) ([]Node, error) {
 	return nil, fmt.Errorf("list %q: %w", targetDir, errors.ErrUnsupported)
 }
+
+func (n *Nodes) recheck(targetDir, name string) (Device, error) {
+	return Device{}, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
+}

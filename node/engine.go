@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"time"
 
@@ -73,7 +74,7 @@ func New(c Config) (*Engine, error) {
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
-		nodes: &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID},
+		nodes: &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 	}, nil
 }
 
@@ -229,7 +230,13 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 }
 
 func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
+	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
+		return e.keepBlock(v, fmt.Errorf("block volume %q: %w: no attachment pod publishes it", v.Name, kubelet.ErrNotPublished))
+	}
 	p, err := e.nodes.PublishedDevice(string(v.Source.AttachmentPodUID), v.Source.PVName)
+	if errors.Is(err, kubelet.ErrNotPublished) {
+		return e.keepBlock(v, err)
+	}
 	if err != nil {
 		return outcome.Unchanged, err
 	}
@@ -260,6 +267,32 @@ func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
 		return outcome.Created, nil
 	}
 	return r, nil
+}
+
+// keepBlock re-checks the rule of a block node whose volume the attachment
+// pod no longer publishes (it was replaced when another volume was
+// hotplugged). The rule can still be lost afterwards: a runc update from
+// the CPU manager, a daemon-reload or a container restart rewrites the
+// launcher's device rules, and QEMU's next open gets EPERM. The rule is
+// granted again only for a node confirmed to still name the disk it was
+// made for; a node that is not there stays not published.
+func (e *Engine) keepBlock(v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
+	dev, err := e.nodes.Recheck(hotplugDisks(v.LauncherUID), v.Name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return outcome.Unchanged, notPublished
+	}
+	if err != nil {
+		return outcome.Unchanged, err
+	}
+	launcher := string(v.LauncherUID)
+	allowed, err := e.rules.Allowed(launcher, dev)
+	if err != nil || allowed {
+		return outcome.Unchanged, err
+	}
+	if err := e.rules.Allow(launcher, dev); err != nil {
+		return outcome.Unchanged, err
+	}
+	return outcome.Created, nil
 }
 
 // Detach unmounts and removes a filesystem volume's target, or removes a

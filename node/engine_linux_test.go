@@ -340,3 +340,79 @@ func TestFullOrReadOnlyHotplugDisks(t *testing.T) {
 		})
 	}
 }
+
+// TestUnpublishedBlockRuleIsRepaired (kubevirt#14825): once the attachment
+// pod was replaced, a block volume is no longer published, yet its
+// launcher's device rule can still be lost (runc update, daemon-reload, a
+// container restart). A resync's verify grants it again, after a restart
+// too, but only while the node still names the disk it was made for: a
+// major:minor given to another disk is never granted.
+func TestUnpublishedBlockRuleIsRepaired(t *testing.T) {
+	n := newLinkedRoot(t)
+	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
+	// A runtime's list: nothing but what it granted.
+	must(t, os.WriteFile(filepath.Join(pod, "devices.deny"), []byte("a"), 0))
+	cfg := Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107}
+	e, err := New(cfg)
+	must(t, err)
+	defer func() { e.Close() }()
+	ctx := context.Background()
+	v := agent.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
+	verify := func(want outcome.Result) {
+		t.Helper()
+		snap, err := e.Snapshot(ctx)
+		must(t, err)
+		if got, err := e.Attach(ctx, snap, v); err != nil || got != want {
+			t.Fatalf("attach = %s, %v; want %s", got, err, want)
+		}
+	}
+	verify(outcome.Created)
+	pub := filepath.Join(n.real, kubelet.CSIPublishFile("pv-blk", string(attachUID)))
+	dev := deviceOf(t, pub)
+	// The attachment pod is replaced: the kubelet unpublishes the volume.
+	must(t, unix.Unmount(pub, unix.MNT_DETACH))
+	must(t, os.Remove(filepath.Join(n.real, kubelet.VolumeDevicesDir(string(attachUID)), "kubernetes.io~csi", "pv-blk")))
+	verify(outcome.Unchanged)
+
+	lose := func() {
+		t.Helper()
+		must(t, os.WriteFile(filepath.Join(pod, "devices.deny"), []byte(dev.String()+" rwm"), 0))
+		if ok, err := e.rules.Allowed(string(launcherUID), dev); err != nil || ok {
+			t.Fatalf("rule after it was rewritten away: allowed %v, %v", ok, err)
+		}
+	}
+	lose()
+	verify(outcome.Created) // granted again
+	verify(outcome.Unchanged)
+
+	e.Close()
+	e, err = New(cfg) // a restarted agent knows only the node
+	must(t, err)
+	lose()
+	verify(outcome.Created)
+
+	// The disk goes away and its number is given to another one.
+	lose()
+	loop := "/dev/loop" + fmt.Sprint(dev.Minor)
+	testutil.Run(t, "losetup", "-d", loop)
+	backing := filepath.Join(t.TempDir(), "stranger.img")
+	must(t, os.WriteFile(backing, make([]byte, 1<<20), 0o600))
+	testutil.Run(t, "losetup", loop, backing)
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	if _, err := e.Attach(ctx, snap, v); !errors.Is(err, blockdev.ErrUnconfirmed) {
+		t.Fatalf("attach after the number went to another disk = %v, want ErrUnconfirmed", err)
+	}
+	if ok, err := e.rules.Allowed(string(launcherUID), dev); err != nil || ok {
+		t.Fatalf("another disk's number was granted: allowed %v, %v", ok, err)
+	}
+}
+
+func deviceOf(t *testing.T, path string) blockdev.Device {
+	t.Helper()
+	var st unix.Stat_t
+	must(t, unix.Stat(path, &st))
+	return blockdev.Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+}
