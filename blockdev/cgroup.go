@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/hpmount/hpmount/podcgroup"
 )
 
 // Linux limits of a device number's parts (MINORBITS is 20; majors fit in 12 bits).
@@ -58,7 +60,7 @@ var (
 // /sys/fs/cgroup/devices.
 type V1 struct {
 	root string
-	pods podDirs
+	pods podcgroup.Finder
 }
 
 // NewV1 returns device rules for the cgroup v1 devices hierarchy at root.
@@ -135,7 +137,7 @@ func exists(path string) bool {
 // Root is the cgroup2 mount point (or a directory below it).
 type V2 struct {
 	root string
-	pods podDirs
+	pods podcgroup.Finder
 	// mu serialises read-modify-replace of device programs within this
 	// process; across processes the replace is guarded by BPF_F_REPLACE.
 	mu sync.Mutex

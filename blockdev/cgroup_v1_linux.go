@@ -22,7 +22,7 @@ func (v *V1) Allow(podUID string, dev Device) error {
 	if err := dev.Validate(); err != nil {
 		return err
 	}
-	cgs, err := v.pods.find(v.root, podUID)
+	cgs, err := v.pods.Find(v.root, podUID)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (v *V1) Deny(podUID string, dev Device) error {
 	if err := dev.Validate(); err != nil {
 		return err
 	}
-	cgs, err := v.pods.find(v.root, podUID)
+	cgs, err := v.pods.Find(v.root, podUID)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (v *V1) Allowed(podUID string, dev Device) (bool, error) {
 	if err := dev.Validate(); err != nil {
 		return false, err
 	}
-	cgs, err := v.pods.find(v.root, podUID)
+	cgs, err := v.pods.Find(v.root, podUID)
 	if err != nil {
 		return false, err
 	}

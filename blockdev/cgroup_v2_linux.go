@@ -43,7 +43,7 @@ func (v *V2) Allowed(podUID string, dev Device) (bool, error) {
 	if err := dev.Validate(); err != nil {
 		return false, err
 	}
-	cgs, err := v.pods.find(v.root, podUID)
+	cgs, err := v.pods.Find(v.root, podUID)
 	if err != nil {
 		return false, err
 	}
@@ -81,7 +81,7 @@ func (v *V2) update(podUID string, dev Device, allow bool) error {
 	if err := dev.Validate(); err != nil {
 		return err
 	}
-	cgs, err := v.pods.find(v.root, podUID)
+	cgs, err := v.pods.Find(v.root, podUID)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@
 // recognisable prefix (see WrapDeviceProgram) whose rules can be parsed back,
 // edited and removed, leaving the runtime's program body intact. The package
 // refuses to touch device programs it cannot reload unchanged (programs using
-// maps or calls), and it never follows symlinks while walking a cgroup tree.
+// maps or calls), and it finds pod cgroups only through podcgroup.
 //
 // It refuses kubelet paths of its own (they are the kubelet package's) and
 // any decision about which volume belongs to which launcher (the agent's).

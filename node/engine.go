@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
@@ -328,7 +329,7 @@ func (e *Engine) denyUnlessUsed(launcher types.UID, dev blockdev.Device) error {
 		}
 	}
 	err = e.rules.Deny(string(launcher), dev)
-	if errors.Is(err, blockdev.ErrPodCgroupNotFound) {
+	if errors.Is(err, podcgroup.ErrNotFound) {
 		return nil
 	}
 	return err

@@ -24,12 +24,13 @@ type rule struct {
 
 var rules = []rule{
 	{[]string{"isolation"}, []string{"..."}, "isolation is the bottom layer: it imports no project package"},
-	{[]string{"mount", "blockdev", "kubelet", "kubevirt", "outcome", "propagation", "isolation"},
+	{[]string{"podcgroup"}, []string{"..."}, "podcgroup finds cgroups and processes; it knows nothing else of the project"},
+	{[]string{"mount", "blockdev", "kubelet", "kubevirt", "outcome", "propagation", "isolation", "podcgroup"},
 		[]string{"agent", "diag", "metrics", "node", "cmd/..."}, "the node-side building blocks never reach up to the control loop, diag or metrics"},
 	{[]string{"kubelet"}, []string{"mount", "blockdev", "kubevirt", "propagation"}, "kubelet knows paths, not what is done with them"},
 	{[]string{"kubevirt"}, []string{"mount", "blockdev", "propagation"}, "kubevirt judges objects; it never touches the node"},
 	{[]string{"diag"}, []string{"agent", "node", "metrics"}, "diag shares rules with the agent through kubevirt and kubelet, never through the controller"},
-	{[]string{"agent"}, []string{"mount", "blockdev", "node", "diag", "propagation"}, "the agent reaches the node only through its Engine"},
+	{[]string{"agent"}, []string{"mount", "blockdev", "node", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
 	{[]string{"..."}, []string{"cmd/..."}, "nothing imports a command"},
 }
 

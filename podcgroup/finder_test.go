@@ -1,4 +1,4 @@
-package blockdev
+package podcgroup
 
 import (
 	"errors"
@@ -18,14 +18,14 @@ func TestPodDirsRemembersAndRevalidates(t *testing.T) {
 	}
 	first := mk("kubepods/burstable/podabc")
 	mk("kubepods/burstable/podabc/ctr1")
-	var c podDirs
-	cgs, err := c.find(root, "abc")
+	var c Finder
+	cgs, err := c.Find(root, "abc")
 	if err != nil || cgs.Pod != first || len(cgs.Descendants) != 1 {
 		t.Fatalf("find = %+v, %v", cgs, err)
 	}
 	// A container that appears later is seen: the subtree is walked anew.
 	mk("kubepods/burstable/podabc/ctr2")
-	if cgs, err = c.find(root, "abc"); err != nil || len(cgs.Descendants) != 2 {
+	if cgs, err = c.Find(root, "abc"); err != nil || len(cgs.Descendants) != 2 {
 		t.Fatalf("find after a new container = %+v, %v", cgs, err)
 	}
 	// The pod's cgroup moved (QoS class change on a restart): the
@@ -34,14 +34,14 @@ func TestPodDirsRemembersAndRevalidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := mk("kubepods/besteffort/podabc")
-	if cgs, err = c.find(root, "abc"); err != nil || cgs.Pod != second {
+	if cgs, err = c.Find(root, "abc"); err != nil || cgs.Pod != second {
 		t.Fatalf("find after the move = %+v, %v", cgs, err)
 	}
 	if err := os.RemoveAll(second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err = c.find(root, "abc"); !errors.Is(err, ErrPodCgroupNotFound) {
-		t.Fatalf("find of a gone pod = %v, want ErrPodCgroupNotFound", err)
+	if _, err = c.Find(root, "abc"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("find of a gone pod = %v, want ErrNotFound", err)
 	}
 	if _, ok := c.get("abc"); ok {
 		t.Fatal("a gone pod stays remembered")
@@ -77,14 +77,14 @@ func TestPodDirsIndexesTheTreeOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var c podDirs
-	if _, err := c.find(root, "aaa"); err != nil {
+	var c Finder
+	if _, err := c.Find(root, "aaa"); err != nil {
 		t.Fatal(err)
 	}
 	if d, ok := c.get("bbb"); !ok || d != filepath.Join(root, "kubepods/besteffort/podbbb") {
 		t.Fatalf("bbb after the first miss = %q, %v; want it indexed", d, ok)
 	}
-	if _, err := c.find(root, "ccc"); err == nil {
+	if _, err := c.Find(root, "ccc"); err == nil {
 		t.Fatal("a pod with two cgroups was found")
 	}
 }

@@ -1,28 +1,28 @@
-package blockdev
+package podcgroup
 
 import (
 	"os"
 	"sync"
 )
 
-// maxCachedPods bounds podDirs; past it, entries whose directory is gone
+// maxCachedPods bounds Finder; past it, entries whose directory is gone
 // are dropped.
 const maxCachedPods = 4096
 
-// podDirs remembers where each pod's cgroup directory is, so that the
+// Finder remembers where each pod's cgroup directory is, so that the
 // search through the hierarchy (up to maxVisitedDirs directories) runs once
 // for all pods, not on every rule check: a miss indexes every pod cgroup
 // of the tree in one walk. A remembered directory is trusted only while it
 // still exists; the subtree below it is walked every time, since
 // containers come and go.
-type podDirs struct {
+type Finder struct {
 	mu   sync.Mutex
 	dirs map[string]string // pod UID → pod cgroup directory
 }
 
-// find returns the cgroups of the pod, from the remembered directory when it
-// still exists.
-func (c *podDirs) find(root, podUID string) (*PodCgroups, error) {
+// Find returns the cgroups of the pod, from the remembered directory when it
+// still exists. The zero Finder is ready to use.
+func (c *Finder) Find(root, podUID string) (*Cgroups, error) {
 	if err := validatePodUID(podUID); err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func (c *podDirs) find(root, podUID string) (*PodCgroups, error) {
 		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
 			desc, err := walkSubtree(dir)
 			if err == nil {
-				return &PodCgroups{Root: root, PodUID: podUID, Pod: dir, Descendants: desc}, nil
+				return &Cgroups{Root: root, PodUID: podUID, Pod: dir, Descendants: desc}, nil
 			}
 		}
 		c.forget(podUID)
@@ -42,11 +42,11 @@ func (c *podDirs) find(root, podUID string) (*PodCgroups, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &PodCgroups{Root: root, PodUID: podUID, Pod: dir, Descendants: desc}, nil
+			return &Cgroups{Root: root, PodUID: podUID, Pod: dir, Descendants: desc}, nil
 		}
 	}
 	// Not indexed (ambiguous, or the index failed): the search says why.
-	cgs, err := FindPodCgroups(root, podUID)
+	cgs, err := Find(root, podUID)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func (c *podDirs) find(root, podUID string) (*PodCgroups, error) {
 }
 
 // putAll remembers every unambiguous pod directory of an index.
-func (c *podDirs) putAll(index map[string][]string) {
+func (c *Finder) putAll(index map[string][]string) {
 	for uid, dirs := range index {
 		if len(dirs) == 1 {
 			c.put(uid, dirs[0])
@@ -63,20 +63,20 @@ func (c *podDirs) putAll(index map[string][]string) {
 	}
 }
 
-func (c *podDirs) get(uid string) (string, bool) {
+func (c *Finder) get(uid string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok := c.dirs[uid]
 	return d, ok
 }
 
-func (c *podDirs) forget(uid string) {
+func (c *Finder) forget(uid string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.dirs, uid)
 }
 
-func (c *podDirs) put(uid, dir string) {
+func (c *Finder) put(uid, dir string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dirs == nil {

@@ -1,4 +1,4 @@
-package blockdev
+package podcgroup
 
 import (
 	"errors"
@@ -20,11 +20,11 @@ const (
 	maxPodUIDLen      = 128
 )
 
-// ErrPodCgroupNotFound is wrapped when no cgroup of a pod exists under a root.
-var ErrPodCgroupNotFound = errors.New("pod cgroup not found")
+// ErrNotFound is wrapped when no cgroup of a pod exists under a root.
+var ErrNotFound = errors.New("pod cgroup not found")
 
-// PodCgroups is the cgroup of one pod and every cgroup below it.
-type PodCgroups struct {
+// Cgroups is the cgroup of one pod and every cgroup below it.
+type Cgroups struct {
 	Root   string // where the search started
 	PodUID string
 	Pod    string // pod-level cgroup directory
@@ -34,12 +34,12 @@ type PodCgroups struct {
 }
 
 // TopDown returns Pod followed by Descendants, parents before children.
-func (p *PodCgroups) TopDown() []string {
+func (p *Cgroups) TopDown() []string {
 	return append([]string{p.Pod}, p.Descendants...)
 }
 
 // BottomUp returns the reverse of TopDown: children before parents.
-func (p *PodCgroups) BottomUp() []string {
+func (p *Cgroups) BottomUp() []string {
 	all := p.TopDown()
 	for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {
 		all[i], all[j] = all[j], all[i]
@@ -47,11 +47,11 @@ func (p *PodCgroups) BottomUp() []string {
 	return all
 }
 
-// FindPodCgroups finds the cgroup of the pod with podUID under root, named as
+// Find finds the cgroup of the pod with podUID under root, named as
 // the kubelet names it with the cgroupfs driver (pod<uid>) or the systemd
 // driver ([<parent>-]kubepods[-<qos>]-pod<uid with _ for ->.slice), and every cgroup
 // below it. The walks are bounded in depth and never follow symlinks.
-func FindPodCgroups(root, podUID string) (*PodCgroups, error) {
+func Find(root, podUID string) (*Cgroups, error) {
 	if err := validatePodUID(podUID); err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func FindPodCgroups(root, podUID string) (*PodCgroups, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PodCgroups{Root: root, PodUID: podUID, Pod: pod, Descendants: desc}, nil
+	return &Cgroups{Root: root, PodUID: podUID, Pod: pod, Descendants: desc}, nil
 }
 
 func validatePodUID(uid string) error {
@@ -147,7 +147,7 @@ func findPodDir(root, uid string) (string, error) {
 	switch len(found) {
 	case 0:
 		return "", fmt.Errorf("no cgroup named pod%s or *kubepods*-pod%s.slice within %d levels of %q: %w",
-			uid, strings.ReplaceAll(uid, "-", "_"), maxPodSearchDepth, root, ErrPodCgroupNotFound)
+			uid, strings.ReplaceAll(uid, "-", "_"), maxPodSearchDepth, root, ErrNotFound)
 	case 1:
 		return found[0], nil
 	default:

@@ -1,4 +1,4 @@
-package blockdev
+package podcgroup
 
 import (
 	"errors"
@@ -56,7 +56,7 @@ func TestFindPodCgroups(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			mkdirs(t, root, tt.dirs...)
-			got, err := FindPodCgroups(root, testUID)
+			got, err := Find(root, testUID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestFindPodCgroupsRefuses(t *testing.T) {
 			name:    "not found names root and uid",
 			uid:     testUID,
 			setup:   func(t *testing.T, root string) { mkdirs(t, root, "kubepods/burstable/podother") },
-			wantErr: ErrPodCgroupNotFound,
+			wantErr: ErrNotFound,
 			wantMsg: testUID,
 		},
 		{
@@ -101,13 +101,13 @@ func TestFindPodCgroupsRefuses(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantErr: ErrPodCgroupNotFound,
+			wantErr: ErrNotFound,
 		},
 		{
 			name:    "deeper than the search bound",
 			uid:     testUID,
 			setup:   func(t *testing.T, root string) { mkdirs(t, root, "a/b/c/d/e/f/g/pod"+testUID) },
-			wantErr: ErrPodCgroupNotFound,
+			wantErr: ErrNotFound,
 		},
 		{name: "empty uid", uid: "", wantMsg: "pod UID"},
 		{name: "path in uid", uid: "../../etc", wantMsg: "only letters"},
@@ -131,7 +131,7 @@ func TestFindPodCgroupsRefuses(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(t, root)
 			}
-			_, err := FindPodCgroups(root, tt.uid)
+			_, err := Find(root, tt.uid)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -141,48 +141,8 @@ func TestFindPodCgroupsRefuses(t *testing.T) {
 			if tt.wantMsg != "" && !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("err %q does not mention %q", err, tt.wantMsg)
 			}
-			if errors.Is(err, ErrPodCgroupNotFound) && !strings.Contains(err.Error(), root) {
+			if errors.Is(err, ErrNotFound) && !strings.Contains(err.Error(), root) {
 				t.Errorf("err %q does not name the root %q", err, root)
-			}
-		})
-	}
-}
-
-func TestNewDeviceRules(t *testing.T) {
-	root := t.TempDir()
-	mkdirs(t, root, "devices", "unified")
-	for _, f := range []string{"devices/devices.list", "unified/cgroup.controllers"} {
-		if err := os.WriteFile(filepath.Join(root, f), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tests := []struct {
-		mode CgroupMode
-		root string
-		want string // "v1:<root>", "v2:<root>" or "" for an error
-	}{
-		{CgroupAuto, root, "v1:" + filepath.Join(root, "devices")},
-		{CgroupAuto, filepath.Join(root, "unified"), "v2:" + filepath.Join(root, "unified")},
-		{CgroupV1, root, "v1:" + filepath.Join(root, "devices")},
-		{CgroupV1, filepath.Join(root, "devices"), "v1:" + filepath.Join(root, "devices")},
-		{CgroupV2, root, "v2:" + filepath.Join(root, "unified")},
-		{CgroupV2, filepath.Join(root, "devices"), ""},
-		{CgroupAuto, filepath.Join(root, "devices"), ""},
-		{"v3", root, ""},
-		{CgroupAuto, "", ""},
-	}
-	for _, tt := range tests {
-		t.Run(string(tt.mode)+" "+tt.root, func(t *testing.T) {
-			r, err := NewDeviceRules(tt.mode, tt.root)
-			var got string
-			switch r := r.(type) {
-			case *V1:
-				got = "v1:" + r.Root()
-			case *V2:
-				got = "v2:" + r.Root()
-			}
-			if got != tt.want || (err == nil) != (tt.want != "") {
-				t.Fatalf("got %q, %v; want %q", got, err, tt.want)
 			}
 		})
 	}
