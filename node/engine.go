@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
@@ -18,6 +17,7 @@ import (
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/propagation"
 )
 
