@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/hpmount/hpmount/isolation"
 )
@@ -15,19 +16,27 @@ import (
 // NodeExpandVolume will run for that PVC again: if it is expanded, its block
 // device grows but its filesystem does not. The launcher's file bind of
 // disk.img still holds that filesystem's superblock, so the agent can find it
-// from the launcher's <vol>.img alone (mount id -> mountinfo -> major:minor),
-// mount the same device once more at an agent-private directory and grow it
-// there, with no help from the attachment pod.
+// from the launcher's <vol>.img alone (mount id -> mountinfo -> major:minor)
+// and grow it with the filesystem's own online-resize ioctl
+// (XFS_IOC_FSGROWFSDATA, EXT4_IOC_RESIZE_FS) issued on a file descriptor of
+// that very bind, with no help from the attachment pod.
+//
+// Nothing is mounted and nothing is exec'd for it. An agent killed in the
+// middle of a growth leaves only what the kernel finishes or undoes on its
+// own: an open file descriptor, closed with the process. Earlier versions
+// mounted the device again under a private directory and ran xfs_growfs or
+// resize2fs there, which a SIGKILL between mount and unmount left mounted for
+// good; Sweep still removes such leftovers after an upgrade.
 
 // GrowSlackBytes is how much larger than the filesystem the block device must
 // be before a growth is attempted. The comparison is between the device size
 // and the filesystem's own size (ext2/3/4 superblock block count, xfs data
 // blocks from its geometry), which both cover the whole device after mkfs or a
 // resize, metadata included. They still differ by a tail the tools cannot
-// use: resize2fs and mkfs.ext4 drop a last block group smaller than its
-// overhead plus 50 blocks (the inode table alone is 2 MiB per group at the
-// default inode ratio, 8 MiB at -i 4096), and xfs_growfs drops a last
-// allocation group under 64 blocks (4 MiB with 64 KiB blocks). A slack below
+// use: the kernel's ext4 resize (like mkfs.ext4) drops a last block group too
+// small for its own metadata (the inode table alone is 2 MiB per group at the
+// default inode ratio, 8 MiB at -i 4096), and xfs's drops a last allocation
+// group under 64 blocks (4 MiB with 64 KiB blocks). A slack below
 // that tail would retry a growth that can never happen on every check, so it
 // is 16 MiB, which is still far below the smallest volume expansion anyone
 // asks for in practice (storage classes allocate in GiB).
@@ -42,23 +51,25 @@ var ErrGrowRefused = errors.New("refused to grow")
 // agent lacks CAP_SYS_RESOURCE, which the kernel's EXT4_IOC_RESIZE_FS needs.
 var ErrNoCapSysResource = errors.New("the agent lacks CAP_SYS_RESOURCE, which online ext4 growth needs; run the DaemonSet privileged")
 
-// Resizer grows a mounted filesystem to the size of its block device.
-type Resizer interface {
-	// Resize grows the filesystem of type fstype on device, which is
-	// mounted (among other places) at mountPoint, a directory.
-	Resize(fstype, device, mountPoint string) error
+// ResizeIoctls are the kernel's online-resize calls, made on an open,
+// readable file of a mounted filesystem; they grow the filesystem that holds
+// the file. Each returns the call's error as is (an errno), so that a caller
+// can tell a resize already running (EBUSY from ext4, EAGAIN from xfs) or a
+// missing capability (EPERM) apart. Tests inject a fake to produce those.
+type ResizeIoctls interface {
+	// GrowXFSData is XFS_IOC_FSGROWFSDATA: grow the data section to
+	// newBlocks filesystem blocks, keeping the inode space limit imaxpct
+	// (a percentage). The kernel needs CAP_SYS_ADMIN.
+	GrowXFSData(f *os.File, newBlocks uint64, imaxpct uint32) error
+	// ResizeExt4 is EXT4_IOC_RESIZE_FS: grow an ext2/3/4 filesystem to
+	// newBlocks blocks. The kernel needs CAP_SYS_RESOURCE.
+	ResizeExt4(f *os.File, newBlocks uint64) error
 }
 
-// ExecResizer runs resize2fs (ext2/3/4: online, by device) or xfs_growfs
-// (xfs: by mount point) in the caller's mount namespace.
-//
-// It does not use k8s.io/mount-utils' ResizeFs: that probes the format with
-// an extra blkid exec although mountinfo already gives the type, and it
-// flattens the tool's failure with %v, so an EPERM could only be recognised
-// by parsing text.
-type ExecResizer struct{}
+// KernelIoctls makes the real calls.
+type KernelIoctls struct{}
 
-var _ Resizer = ExecResizer{}
+var _ ResizeIoctls = KernelIoctls{}
 
 // Grower finds and grows the filesystem under a launcher's file bind.
 type Grower struct {
@@ -70,12 +81,12 @@ type Grower struct {
 	SysRoot string
 	// DevRoot is the host's device directory, normally "/dev".
 	DevRoot string
-	// PrivateDir is an agent-private directory in the host namespace for
-	// temporary mounts, e.g. /run/hpmount/grow. It is created 0700 and
-	// made a private mount so nothing mounted below it propagates.
+	// PrivateDir is where versions of the agent that grew through a
+	// second mount made it, e.g. /run/hpmount/grow. Growth no longer uses
+	// it; only Sweep looks there, for what such a version left behind.
 	PrivateDir string
-	// Resizer grows filesystems; nil means ExecResizer.
-	Resizer Resizer
+	// Ioctls makes the resize calls; nil means KernelIoctls.
+	Ioctls ResizeIoctls
 }
 
 // GrowOptions says what Grow may change.
@@ -162,28 +173,37 @@ func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int
 // t knows and whose source was not deleted. Its block device is found by the
 // mount's major:minor through SysRoot and must be a block device node under
 // DevRoot with that number. The filesystem is grown only when NeedsGrowth
-// says so, never shrunk, through a second mount of the same device at a fresh
-// directory under PrivateDir that is always unmounted again. disk.img is only
+// says so, never shrunk, to the whole device, by its online-resize ioctl on
+// the target itself: the checked descriptor of <name>.img is opened again
+// read-only and must still be the same inode. Nothing is mounted or exec'd.
+// A read-only filesystem or a read-only bind is refused, since the kernel
+// takes write access through the mount the call is made on. disk.img is only
 // ever made larger, sparsely.
+//
+// A resize that waits on a frozen filesystem blocks in the kernel; g.NS's
+// timeout bounds how long Grow waits for it.
 func (g *Grower) Grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
 	return g.grow(t, targetDir, name, opts)
 }
 
 // Measure reports what Grow would find for <name>.img in targetDir (sizes
 // of device, filesystem and disk.img, and whether growth is due) without
-// changing anything: no growth, no second mount, no write. diag judges a
+// changing anything: no resize call, no write. diag judges a
 // volume through it, by the agent's own measurements.
 func (g *Grower) Measure(t *Table, targetDir, name string) (GrowResult, error) {
 	return g.grow(t, targetDir, name, GrowOptions{})
 }
 
-// Sweep unmounts and removes the temporary mounts an earlier run of the
-// agent left under PrivateDir (killed between a growth's mount and its
-// unmount), as t lists them, and says how many there were. Call it once at
-// start, before any growth.
+// Sweep unmounts and removes the temporary growth mounts (grow-*) that an
+// older version of the agent left under PrivateDir when it was killed
+// between a growth's mount and its unmount, as t lists them, and says how
+// many there were. Growth itself mounts nothing any more; the sweep stays so
+// that an upgraded node is cleaned once. Call it at start.
 func (g *Grower) Sweep(t *Table) (int, error) { return g.sweep(t) }
 
-// Resize runs resize2fs or xfs_growfs and returns its output in the error.
-func (ExecResizer) Resize(fstype, device, mountPoint string) error {
-	return execResize(fstype, device, mountPoint)
+func (g *Grower) ioctls() ResizeIoctls {
+	if g.Ioctls == nil {
+		return KernelIoctls{}
+	}
+	return g.Ioctls
 }

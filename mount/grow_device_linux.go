@@ -5,12 +5,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -79,32 +78,54 @@ func parseUevent(b []byte, major, minor uint32) (string, error) {
 	return devname, nil
 }
 
-// ownSize is the filesystem's own size in bytes, all blocks and metadata
-// included, as the filesystem itself records it right now.
-func ownSize(fstype string, dev, target *os.File) (int64, error) {
-	if isExt(fstype) {
-		return extSize(dev)
-	}
-	return xfsSize(target)
+// fsGeometry is what growth needs to know of a filesystem, as the
+// filesystem itself records it right now: its size in blocks (all of them,
+// metadata included), its block size and, for xfs, its inode space limit.
+type fsGeometry struct {
+	blocks    uint64
+	blockSize uint32
+	imaxpct   uint32
 }
 
-// extSize reads the ext2/3/4 superblock from the device. ext4 keeps its
-// superblock in the block device's page cache, so a buffered read sees the
-// live block count, also right after an online resize.
-func extSize(dev *os.File) (int64, error) {
+// bytes is the filesystem's own size in bytes.
+func (g fsGeometry) bytes() (int64, error) {
+	if g.blockSize == 0 || g.blocks > uint64(math.MaxInt64)/uint64(g.blockSize) {
+		return 0, fmt.Errorf("%d blocks of %d bytes", g.blocks, g.blockSize)
+	}
+	return int64(g.blocks) * int64(g.blockSize), nil
+}
+
+// geometry reads the geometry of the filesystem mounted from dev (an O_PATH
+// descriptor of its block device) that holds fsFile (an open file on it).
+func geometry(fstype string, dev, fsFile *os.File) (fsGeometry, error) {
+	if isExt(fstype) {
+		return extGeometry(dev)
+	}
+	geo, err := xfsGeometry(fsFile)
+	if err != nil {
+		return fsGeometry{}, fmt.Errorf("xfs geometry of %q: %w", fsFile.Name(), err)
+	}
+	return fsGeometry{blocks: geo.DataBlocks, blockSize: geo.BlockSize, imaxpct: geo.IMaxPct}, nil
+}
+
+// extGeometry reads the ext2/3/4 superblock from the device, which it opens
+// read-only. ext4 keeps its superblock in the block device's page cache, so
+// a buffered read sees the live block count, also right after an online
+// resize.
+func extGeometry(dev *os.File) (fsGeometry, error) {
 	f, err := os.OpenFile(isolation.FdPath(dev), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, fmt.Errorf("open %q: %w", dev.Name(), err)
+		return fsGeometry{}, fmt.Errorf("open %q: %w", dev.Name(), err)
 	}
 	defer f.Close()
 	sb := make([]byte, 1024)
 	if _, err := f.ReadAt(sb, 1024); err != nil {
-		return 0, fmt.Errorf("read ext4 superblock of %q: %w", dev.Name(), err)
+		return fsGeometry{}, fmt.Errorf("read ext4 superblock of %q: %w", dev.Name(), err)
 	}
 	return parseExtSuperblock(sb)
 }
 
-func parseExtSuperblock(sb []byte) (int64, error) {
+func parseExtSuperblock(sb []byte) (fsGeometry, error) {
 	const (
 		magicOff, magic  = 0x38, 0xEF53
 		blocksLoOff      = 0x04
@@ -117,116 +138,45 @@ func parseExtSuperblock(sb []byte) (int64, error) {
 	)
 	le := binary.LittleEndian
 	if len(sb) < superblockLength || le.Uint16(sb[magicOff:]) != magic {
-		return 0, fmt.Errorf("not an ext2/3/4 superblock")
+		return fsGeometry{}, fmt.Errorf("not an ext2/3/4 superblock")
 	}
 	logBS := le.Uint32(sb[logBlockSizeOff:])
 	if logBS > maxLogBlockSize {
-		return 0, fmt.Errorf("ext4 superblock: block size 1024<<%d is out of range", logBS)
+		return fsGeometry{}, fmt.Errorf("ext4 superblock: block size 1024<<%d is out of range", logBS)
 	}
-	blocks := uint64(le.Uint32(sb[blocksLoOff:]))
+	g := fsGeometry{blocks: uint64(le.Uint32(sb[blocksLoOff:])), blockSize: 1024 << logBS}
 	if le.Uint32(sb[incompatOff:])&incompat64bit != 0 {
-		blocks |= uint64(le.Uint32(sb[blocksHiOff:])) << 32
+		g.blocks |= uint64(le.Uint32(sb[blocksHiOff:])) << 32
 	}
-	if blocks > uint64(1<<63-1)>>(10+logBS) {
-		return 0, fmt.Errorf("ext4 superblock: %d blocks overflow", blocks)
+	if _, err := g.bytes(); err != nil {
+		return fsGeometry{}, fmt.Errorf("ext4 superblock: %w", err)
 	}
-	return int64(blocks << (10 + logBS)), nil
-}
-
-// xfsGeometryV1 is struct xfs_fsop_geom_v1 from the kernel's xfs_fs.h, the
-// oldest geometry every xfs kernel still answers.
-type xfsGeometryV1 struct {
-	BlockSize, RtExtSize, AGBlocks, AGCount uint32
-	LogBlocks, SectSize, InodeSize, IMaxPct uint32
-	DataBlocks, RtBlocks, RtExtents         uint64
-	LogStart                                uint64
-	UUID                                    [16]byte
-	SUnit, SWidth                           uint32
-	Version                                 int32
-	Flags                                   uint32
-	LogSectSize, RtSectSize, DirBlockSize   uint32
-	_                                       uint32
-}
-
-// xfsIocFSGeometryV1 is _IOR('X', 100, struct xfs_fsop_geom_v1).
-var xfsIocFSGeometryV1 = uintptr(2<<30 | unsafe.Sizeof(xfsGeometryV1{})<<16 | 'X'<<8 | 100)
-
-// xfsSize asks xfs for its geometry: data blocks (the whole data device,
-// internal log included) times the block size. xfs logs superblock changes,
-// so the on-disk superblock may lag; the ioctl answers from memory.
-func xfsSize(target *os.File) (int64, error) {
-	f, err := os.OpenFile(isolation.FdPath(target), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("open %q: %w", target.Name(), err)
-	}
-	defer f.Close()
-	var geo xfsGeometryV1
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), xfsIocFSGeometryV1, uintptr(unsafe.Pointer(&geo))); errno != 0 {
-		return 0, fmt.Errorf("xfs geometry of %q: %w", target.Name(), errno)
-	}
-	if geo.BlockSize == 0 || geo.DataBlocks > uint64(1<<63-1)/uint64(geo.BlockSize) {
-		return 0, fmt.Errorf("xfs geometry of %q: %d blocks of %d bytes", target.Name(), geo.DataBlocks, geo.BlockSize)
-	}
-	return int64(geo.DataBlocks) * int64(geo.BlockSize), nil
+	return g, nil
 }
 
 // capSysResource is CAP_SYS_RESOURCE's bit in /proc/<pid>/status masks.
 const capSysResource = 24
 
-// hasCapSysResource reports whether this process, and the tools it starts,
-// hold CAP_SYS_RESOURCE: it must be in both CapEff and CapBnd. When the
-// status cannot be read it says yes, so that no false hint is given.
+// hasCapSysResource reports whether this process holds CAP_SYS_RESOURCE in
+// its effective set, which is what the kernel checks on EXT4_IOC_RESIZE_FS.
+// When the status cannot be read it says yes, so that no false hint is
+// given.
 func hasCapSysResource() bool {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return true
 	}
-	eff, bnd, ok := capMasks(b)
-	return !ok || (eff&bnd)&(1<<capSysResource) != 0
+	eff, ok := capEff(b)
+	return !ok || eff&(1<<capSysResource) != 0
 }
 
-// capMasks returns the CapEff and CapBnd masks of a /proc/<pid>/status text.
-func capMasks(status []byte) (eff, bnd uint64, ok bool) {
-	var gotEff, gotBnd bool
+// capEff returns the CapEff mask of a /proc/<pid>/status text.
+func capEff(status []byte) (uint64, bool) {
 	for _, line := range strings.Split(string(status), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		switch {
-		case k == "CapEff" && err == nil:
-			eff, gotEff = mask, true
-		case k == "CapBnd" && err == nil:
-			bnd, gotBnd = mask, true
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return mask, err == nil
 		}
 	}
-	return eff, bnd, gotEff && gotBnd
-}
-
-func execResize(fstype, device, mountPoint string) error {
-	var cmd *exec.Cmd
-	switch {
-	case isExt(fstype):
-		// Online: resize2fs finds the mount of device and asks the
-		// kernel to grow it there.
-		cmd = exec.Command("resize2fs", device)
-	case fstype == "xfs":
-		cmd = exec.Command("xfs_growfs", "-d", mountPoint)
-	default:
-		return fmt.Errorf("no resizer for filesystem type %q", fstype)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, oneLine(out))
-	}
-	return nil
-}
-
-// oneLine folds a tool's output into one line for an error message.
-func oneLine(out []byte) string {
-	var parts []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			parts = append(parts, l)
-		}
-	}
-	return strings.Join(parts, "; ")
+	return 0, false
 }

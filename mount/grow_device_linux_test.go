@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseUevent(t *testing.T) {
@@ -62,35 +64,85 @@ func TestParseExtSuperblock(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseExtSuperblock(tt.sb)
+			geo, err := parseExtSuperblock(tt.sb)
+			var got int64
+			if err == nil {
+				got, err = geo.bytes()
+			}
 			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Fatalf("parseExtSuperblock = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+				t.Fatalf("parseExtSuperblock = %+v (%d bytes), %v; want %d, error %v", geo, got, err, tt.want, tt.wantErr)
 			}
 		})
 	}
 }
 
-func TestCapMasks(t *testing.T) {
-	const status = "Name:\tcat\nCapInh:\t0000000000000000\nCapPrm:\t000001fffeffffff\n" +
-		"CapEff:\t000001fffeffffff\nCapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\n"
-	eff, bnd, ok := capMasks([]byte(status))
-	if !ok || eff != 0x1fffeffffff || bnd != 0x1fffeffffff {
-		t.Fatalf("capMasks = %x, %x, %v", eff, bnd, ok)
+func TestCapEff(t *testing.T) {
+	tests := []struct {
+		name, status string
+		want         uint64
+		ok           bool
+	}{
+		{"this machine: no CAP_SYS_RESOURCE", "Name:\tcat\nCapInh:\t0000000000000000\nCapPrm:\t000001fffeffffff\n" +
+			"CapEff:\t000001fffeffffff\nCapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\n", 0x1fffeffffff, true},
+		{"full set", "CapEff:\t000001ffffffffff\n", 0x1ffffffffff, true},
+		{"no CapEff line", "Name:\tcat\nCapBnd:\t000001ffffffffff\n", 0, false},
+		{"garbled", "CapEff:\tzz\n", 0, false},
 	}
-	if eff&(1<<capSysResource) != 0 {
-		t.Errorf("bit %d set in %x: this machine's mask lacks CAP_SYS_RESOURCE", capSysResource, eff)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := capEff([]byte(tt.status))
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("capEff = %#x, %v; want %#x, %v", got, ok, tt.want, tt.ok)
+			}
+		})
 	}
-	if _, _, ok := capMasks([]byte("Name:\tcat\n")); ok {
-		t.Error("capMasks without Cap lines says ok")
+	if eff, _ := capEff([]byte("CapEff:\t000001fffeffffff\n")); eff&(1<<capSysResource) != 0 {
+		t.Errorf("bit %d is not CAP_SYS_RESOURCE", capSysResource)
+	}
+	if capSysResource != unix.CAP_SYS_RESOURCE {
+		t.Errorf("capSysResource = %d, want %d", capSysResource, unix.CAP_SYS_RESOURCE)
 	}
 }
 
-func TestXFSGeometryIoctlNumber(t *testing.T) {
-	// struct xfs_fsop_geom_v1 is 112 bytes; the ioctl is 0x80705864.
+// TestResizeIoctlLayout holds the structures to the kernel's sizes
+// (xfs_fs.h: struct xfs_fsop_geom_v1 is 112 bytes, struct xfs_growfs_data
+// 16) and the numbers built from them to the kernel's values, and checks
+// the encoding against ioctl numbers golang.org/x/sys defines for this
+// architecture.
+func TestResizeIoctlLayout(t *testing.T) {
 	if s := unsafe.Sizeof(xfsGeometryV1{}); s != 112 {
-		t.Fatalf("xfsGeometryV1 is %d bytes, want 112", s)
+		t.Errorf("xfsGeometryV1 is %d bytes, want 112", s)
 	}
-	if xfsIocFSGeometryV1 != 0x80705864 {
-		t.Fatalf("XFS_IOC_FSGEOMETRY_V1 = %#x, want 0x80705864", xfsIocFSGeometryV1)
+	if s := unsafe.Sizeof(xfsGrowfsData{}); s != 16 {
+		t.Errorf("xfsGrowfsData is %d bytes, want 16", s)
+	}
+	if o := unsafe.Offsetof(xfsGeometryV1{}.DataBlocks); o != 32 {
+		t.Errorf("datablocks at offset %d, want 32", o)
+	}
+	if o := unsafe.Offsetof(xfsGrowfsData{}.IMaxPct); o != 8 {
+		t.Errorf("imaxpct at offset %d, want 8", o)
+	}
+	// The same encoding must give the numbers x/sys has for this
+	// architecture: _IOR(0x12, 114, size_t) and _IOW('f', 2, long).
+	if got := ioc(iocRead, 0x12, 114, unsafe.Sizeof(uintptr(0))); got != uintptr(unix.BLKGETSIZE64) {
+		t.Errorf("ioc(read) = %#x, BLKGETSIZE64 is %#x", got, uintptr(unix.BLKGETSIZE64))
+	}
+	if got := ioc(iocWrite, 'f', 2, unsafe.Sizeof(uintptr(0))); got != uintptr(unix.FS_IOC_SETFLAGS) {
+		t.Errorf("ioc(write) = %#x, FS_IOC_SETFLAGS is %#x", got, uintptr(unix.FS_IOC_SETFLAGS))
+	}
+	if iocDirShift != 30 {
+		return // the values below are the asm-generic ones
+	}
+	for _, tt := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"XFS_IOC_FSGEOMETRY_V1", xfsIocFSGeometryV1, 0x80705864},
+		{"XFS_IOC_FSGROWFSDATA", xfsIocFSGrowFSData, 0x4010586e},
+		{"EXT4_IOC_RESIZE_FS", ext4IocResizeFS, 0x40086610},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s = %#x, want %#x", tt.name, tt.got, tt.want)
+		}
 	}
 }

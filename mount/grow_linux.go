@@ -62,7 +62,7 @@ func (g *Grower) growInNamespace(t *Table, targetDir, label string, opts GrowOpt
 	res.FilesystemBefore, res.FilesystemAfter = usage.SizeBytes, usage.SizeBytes
 
 	if growable(info.FSType) && info.Major != 0 {
-		if err := g.growFilesystem(&res, info, st.Dev, target, label, opts); err != nil {
+		if err := g.growFilesystem(&res, info, st, target, label, opts); err != nil {
 			return res, err
 		}
 		if usage, err = statfsFile(target); err != nil {
@@ -128,8 +128,9 @@ func growable(fstype string) bool {
 func isExt(fstype string) bool { return strings.HasPrefix(fstype, "ext") }
 
 // growFilesystem measures the device and the filesystem and, when the device
-// has grown and opts allow, grows the filesystem. It fills res.
-func (g *Grower) growFilesystem(res *GrowResult, info *Info, dev uint64, target *os.File, label string, opts GrowOptions) error {
+// has grown and opts allow, grows the filesystem. It fills res. st is the
+// checked stat of target, the launcher's bind.
+func (g *Grower) growFilesystem(res *GrowResult, info *Info, st *unix.Stat_t, target *os.File, label string, opts GrowOptions) error {
 	devFile, devPath, err := g.openDevice(info.Major, info.Minor)
 	if err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
@@ -139,27 +140,36 @@ func (g *Grower) growFilesystem(res *GrowResult, info *Info, dev uint64, target 
 	if res.DeviceBytes, err = blockDeviceSize(g.SysRoot, info.Major, info.Minor); err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
 	}
-	before, err := ownSize(info.FSType, devFile, target)
+	// The resize ioctls and xfs's geometry need a descriptor that is not
+	// O_PATH; read-only is enough, as for xfs_growfs and resize2fs.
+	fsFile, err := reopen(target, st, unix.O_RDONLY)
 	if err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
 	}
-	res.FilesystemBytes = before
-	res.NeedsGrowth = NeedsGrowth(res.DeviceBytes, before)
-	res.DeviceSmaller = res.DeviceBytes < before
+	defer fsFile.Close()
+	before, err := geometry(info.FSType, devFile, fsFile)
+	if err != nil {
+		return fmt.Errorf("grow %q: %w", label, err)
+	}
+	if res.FilesystemBytes, err = before.bytes(); err != nil {
+		return fmt.Errorf("grow %q: filesystem size: %w", label, err)
+	}
+	res.NeedsGrowth = NeedsGrowth(res.DeviceBytes, res.FilesystemBytes)
+	res.DeviceSmaller = res.DeviceBytes < res.FilesystemBytes
 	if !res.NeedsGrowth || !opts.GrowFilesystem {
 		return nil
 	}
 	where := fmt.Sprintf("grow %s on %s (%s) for %q", info.FSType, devPath, info.Dev(), label)
-	if readOnly(info) {
-		return fmt.Errorf("%s: %w: the filesystem is read-only", where, ErrGrowRefused)
+	if why := readOnly(info); why != "" {
+		return fmt.Errorf("%s: %w: %s", where, ErrGrowRefused, why)
 	}
-	resizeErr := g.resizeAtPrivateMount(info.FSType, devPath, dev)
-	after, err := ownSize(info.FSType, devFile, target)
+	resizeErr := g.resize(info.FSType, fsFile, before, res.DeviceBytes)
+	after, err := geometry(info.FSType, devFile, fsFile)
 	if err == nil {
-		res.Grown = after > before
+		res.Grown = after.blocks > before.blocks
 	}
 	if resizeErr != nil {
-		if isExt(info.FSType) && !hasCapSysResource() {
+		if isExt(info.FSType) && errors.Is(resizeErr, unix.EPERM) && !hasCapSysResource() {
 			return fmt.Errorf("%s: %w: %w", where, resizeErr, ErrNoCapSysResource)
 		}
 		return fmt.Errorf("%s: %w", where, resizeErr)
@@ -170,83 +180,68 @@ func (g *Grower) growFilesystem(res *GrowResult, info *Info, dev uint64, target 
 	return nil
 }
 
-// readOnly reports a read-only superblock. A read-only bind (per-mount "ro")
-// does not matter: the private mount is a mount of its own.
-func readOnly(info *Info) bool {
-	for _, o := range strings.Split(info.SuperOptions, ",") {
-		if o == "ro" {
-			return true
+// resize asks the kernel to grow the filesystem holding fsFile to all of a
+// device of deviceBytes: as many whole blocks as fit. The kernel leaves out
+// a tail too small to be a group of its own (xfs: an allocation group under
+// 64 blocks; ext4: a block group without room for its metadata), as
+// xfs_growfs and resize2fs would. A count not above the current one is never
+// passed: xfs would take it as a shrink.
+func (g *Grower) resize(fstype string, fsFile *os.File, geo fsGeometry, deviceBytes int64) error {
+	newBlocks := uint64(deviceBytes) / uint64(geo.blockSize)
+	if newBlocks <= geo.blocks {
+		return fmt.Errorf("%w: the device holds %d blocks of %d bytes, the filesystem already %d",
+			ErrGrowRefused, newBlocks, geo.blockSize, geo.blocks)
+	}
+	if isExt(fstype) {
+		if err := g.ioctls().ResizeExt4(fsFile, newBlocks); err != nil {
+			return fmt.Errorf("EXT4_IOC_RESIZE_FS from %d to %d blocks: %w", geo.blocks, newBlocks, err)
 		}
+		return nil
 	}
-	return false
-}
-
-// resizeAtPrivateMount mounts the device at a fresh directory under
-// PrivateDir, checks that the mount reached the filesystem with device number
-// dev, runs the resizer and always unmounts again.
-func (g *Grower) resizeAtPrivateMount(fstype, devPath string, dev uint64) (err error) {
-	if err := preparePrivateDir(g.PrivateDir); err != nil {
-		return err
-	}
-	mp, err := os.MkdirTemp(g.PrivateDir, "grow-")
-	if err != nil {
-		return fmt.Errorf("private mount point: %w", err)
-	}
-	defer func() {
-		if rmErr := os.Remove(mp); rmErr != nil && err == nil {
-			err = fmt.Errorf("remove private mount point %q: %w", mp, rmErr)
-		}
-	}()
-	if err := unix.Mount(devPath, mp, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount %q on private %q: %w", devPath, mp, err)
-	}
-	defer func() {
-		if umErr := unix.Unmount(mp, 0); umErr != nil {
-			// Busy (a resizer child still holds it, say): detach so
-			// nothing stays reachable, and report it.
-			if detErr := unix.Unmount(mp, unix.MNT_DETACH); detErr != nil && err == nil {
-				err = fmt.Errorf("unmount private %q: %w", mp, detErr)
-			}
-		}
-	}()
-	var st unix.Stat_t
-	if err := unix.Lstat(mp, &st); err != nil {
-		return fmt.Errorf("stat private mount %q: %w", mp, err)
-	}
-	if st.Dev != dev {
-		return fmt.Errorf("%w: private mount %q of %q is on %d:%d, not %d:%d", ErrGrowRefused, mp, devPath,
-			unix.Major(st.Dev), unix.Minor(st.Dev), unix.Major(dev), unix.Minor(dev))
-	}
-	r := g.Resizer
-	if r == nil {
-		r = ExecResizer{}
-	}
-	return r.Resize(fstype, devPath, mp)
-}
-
-// preparePrivateDir creates dir 0700 and makes it a private mount, binding it
-// onto itself first if it is not a mount point yet, so that the temporary
-// mounts below it reach no peer group: not the launchers, not the agent's own
-// container view.
-func preparePrivateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("private dir %q: %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("private dir %q: %w", dir, err)
-	}
-	err := unix.Mount("", dir, "", unix.MS_PRIVATE, "")
-	if errors.Is(err, unix.EINVAL) {
-		// Not a mount point yet.
-		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind private dir %q onto itself: %w", dir, err)
-		}
-		err = unix.Mount("", dir, "", unix.MS_PRIVATE, "")
-	}
-	if err != nil {
-		return fmt.Errorf("make %q a private mount: %w", dir, err)
+	if err := g.ioctls().GrowXFSData(fsFile, newBlocks, geo.imaxpct); err != nil {
+		return fmt.Errorf("XFS_IOC_FSGROWFSDATA from %d to %d blocks: %w", geo.blocks, newBlocks, err)
 	}
 	return nil
+}
+
+// readOnly says why the filesystem cannot be grown through the launcher's
+// bind, or "": a read-only superblock (a ReadOnlyMany claim), or a read-only
+// bind, since the kernel takes write access to the filesystem through the
+// mount the resize call is made on.
+func readOnly(info *Info) string {
+	switch {
+	case hasOption(info.SuperOptions, "ro"):
+		return "the filesystem is read-only"
+	case hasOption(info.Options, "ro"):
+		return "the launcher's bind is read-only"
+	}
+	return ""
+}
+
+func hasOption(opts, name string) bool {
+	return slices.Contains(strings.Split(opts, ","), name)
+}
+
+// reopen opens the file that the O_PATH descriptor f holds again, with
+// flags, and checks that it is still the inode st describes. It goes through
+// f's /proc/self/fd magic link, which names that very file, not a path
+// walked again; O_NOFOLLOW cannot be added, since the kernel refuses to open
+// a magic link under it (ELOOP).
+func reopen(f *os.File, st *unix.Stat_t, flags int) (*os.File, error) {
+	r, err := os.OpenFile(isolation.FdPath(f), flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %q again: %w", f.Name(), err)
+	}
+	var now unix.Stat_t
+	if err := unix.Fstat(int(r.Fd()), &now); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("stat %q: %w", f.Name(), err)
+	}
+	if now.Dev != st.Dev || now.Ino != st.Ino {
+		r.Close()
+		return nil, fmt.Errorf("%w: %q is no longer the file that was checked", ErrGrowRefused, f.Name())
+	}
+	return r, nil
 }
 
 // growImage enlarges disk.img to DiskImageSize, sparsely, and never below its
@@ -259,18 +254,14 @@ func growImage(target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts Gro
 	if want <= st.Size {
 		return st.Size, nil
 	}
-	// Reopening the O_PATH descriptor reaches the very inode checked.
-	f, err := os.OpenFile(isolation.FdPath(target), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	f, err := reopen(target, st, unix.O_WRONLY)
 	if err != nil {
-		return st.Size, fmt.Errorf("open %q for growth: %w", target.Name(), err)
+		return st.Size, err
 	}
 	defer f.Close()
 	var now unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &now); err != nil {
 		return st.Size, fmt.Errorf("stat %q: %w", target.Name(), err)
-	}
-	if now.Dev != st.Dev || now.Ino != st.Ino {
-		return st.Size, fmt.Errorf("%w: %q changed while it was grown", ErrGrowRefused, target.Name())
 	}
 	if want <= now.Size {
 		return now.Size, nil
@@ -281,10 +272,10 @@ func growImage(target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts Gro
 	return want, nil
 }
 
-// sweep unmounts what an earlier run left under PrivateDir: a growth whose
-// agent was killed between its mount and its unmount leaves the tenant's
-// filesystem mounted there, pinning the device so that a later detach or
-// NodeUnstage fails with EBUSY.
+// sweep unmounts what an older version left under PrivateDir: a growth
+// through a second mount whose agent was killed between its mount and its
+// unmount left the tenant's filesystem mounted there, pinning the device so
+// that a later detach or NodeUnstage fails with EBUSY.
 func (g *Grower) sweep(t *Table) (int, error) {
 	if g.NS == nil || g.PrivateDir == "" {
 		return 0, nil

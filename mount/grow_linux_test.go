@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,36 +31,76 @@ type growFixture struct {
 	loop      *testutil.Loop
 	launcher  *testutil.Launcher
 	grower    *Grower
-	resizer   *countingResizer
+	ioctls    *fakeIoctls
+	mountIDs  []int // every mount once the fixture stood
 }
 
-// countingResizer counts calls, checks that the mount point it is given is a
-// live mount of the device under PrivateDir, and then runs the real tools
-// unless skip is set.
-type countingResizer struct {
-	t          testing.TB
-	privateDir string
-	calls      int
-	skip       bool
+// fakeIoctls stands in for the kernel's resize calls. It checks that each
+// call is made on a readable, unwritable, non-O_PATH descriptor of the
+// launcher's bind itself (same inode, same mount), records it, and then
+// fails with err when set, does nothing when skip is set, or makes the real
+// call.
+type fakeIoctls struct {
+	t      testing.TB
+	target string // the launcher's <vol>.img
+	calls  []resizeCall
+	err    error
+	skip   bool
 }
 
-var _ Resizer = (*countingResizer)(nil)
+type resizeCall struct {
+	op        string // "xfs" or "ext4"
+	newBlocks uint64
+	imaxpct   uint32
+}
 
-func (r *countingResizer) Resize(fstype, device, mountPoint string) error {
-	r.calls++
-	if !strings.HasPrefix(mountPoint, r.privateDir+"/") {
-		r.t.Errorf("resize at %q, not under the private dir %q", mountPoint, r.privateDir)
+var _ ResizeIoctls = (*fakeIoctls)(nil)
+
+func (r *fakeIoctls) GrowXFSData(f *os.File, newBlocks uint64, imaxpct uint32) error {
+	r.record(f, resizeCall{"xfs", newBlocks, imaxpct})
+	if r.err != nil || r.skip {
+		return r.err
+	}
+	return KernelIoctls{}.GrowXFSData(f, newBlocks, imaxpct)
+}
+
+func (r *fakeIoctls) ResizeExt4(f *os.File, newBlocks uint64) error {
+	r.record(f, resizeCall{"ext4", newBlocks, 0})
+	if r.err != nil || r.skip {
+		return r.err
+	}
+	return KernelIoctls{}.ResizeExt4(f, newBlocks)
+}
+
+func (r *fakeIoctls) record(f *os.File, c resizeCall) {
+	r.calls = append(r.calls, c)
+	flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	if err != nil {
+		r.t.Errorf("fcntl of the descriptor resized through: %v", err)
+	} else if flags&unix.O_PATH != 0 || flags&unix.O_ACCMODE != unix.O_RDONLY {
+		r.t.Errorf("resize through a descriptor opened with flags %#o, want O_RDONLY without O_PATH", flags)
+	}
+	var got, want unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &got); err != nil {
+		r.t.Error(err)
+	}
+	if err := unix.Stat(r.target, &want); err != nil {
+		r.t.Error(err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino {
+		r.t.Errorf("resize through inode %d:%d, not the target's %d:%d", got.Dev, got.Ino, want.Dev, want.Ino)
+	}
+	gotID, err := isolation.MountID(f)
+	if err != nil {
+		r.t.Error(err)
 	}
 	tab, err := ReadTable("/proc/self/mountinfo")
 	if err != nil {
-		r.t.Error(err)
-	} else if top, n := tab.Top(mountPoint); n != 1 || top.Source != device || top.Root != "/" || top.Propagation() != "private" {
-		r.t.Errorf("private mount at resize time: %+v (%d mounts), want a private whole-filesystem mount of %q", top, n, device)
+		r.t.Fatal(err)
 	}
-	if r.skip {
-		return nil
+	if top, _ := tab.Top(r.target); top == nil || int(gotID) != top.ID {
+		r.t.Errorf("resize through mount %d, not the launcher's bind %+v", gotID, top)
 	}
-	return ExecResizer{}.Resize(fstype, device, mountPoint)
 }
 
 func newGrowFixture(t testing.TB, fstype string, size, imageSize int64) *growFixture {
@@ -101,9 +142,9 @@ func newGrowFixture(t testing.TB, fstype string, size, imageSize int64) *growFix
 	}
 	t.Cleanup(ns.Close)
 	private := filepath.Join(t.TempDir(), "grow")
-	t.Cleanup(func() { _ = unix.Unmount(private, unix.MNT_DETACH) })
-	f.resizer = &countingResizer{t: t, privateDir: private}
-	f.grower = &Grower{NS: ns, KubeletRoot: f.kubelet, SysRoot: "/sys", DevRoot: "/dev", PrivateDir: private, Resizer: f.resizer}
+	f.ioctls = &fakeIoctls{t: t, target: f.target}
+	f.grower = &Grower{NS: ns, KubeletRoot: f.kubelet, SysRoot: "/sys", DevRoot: "/dev", PrivateDir: private, Ioctls: f.ioctls}
+	f.mountIDs = mountIDs(t)
 	return f
 }
 
@@ -139,13 +180,32 @@ func (f *growFixture) launcherStatfs(t testing.TB) int64 {
 	return blocks * bsize
 }
 
-// checkMounts asserts exactly one mount on the target and none left below
-// the private dir.
+// mountIDs lists the ids of every mount in this namespace.
+func mountIDs(t testing.TB) []int {
+	t.Helper()
+	tab, err := ReadTable("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int
+	for _, m := range tab.Mounts() {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+// checkMounts asserts exactly one mount on the target, no mount that was not
+// there when the fixture stood, and nothing below the private dir.
 func (f *growFixture) checkMounts(t testing.TB) {
 	t.Helper()
 	tab, err := ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, m := range tab.Mounts() {
+		if !slices.Contains(f.mountIDs, m.ID) {
+			t.Errorf("new mount %d: %s on %s", m.ID, m.Source, m.MountPoint)
+		}
 	}
 	if top, n := tab.Top(f.target); n != 1 || top.Root != "/disk.img" {
 		t.Errorf("target has %d mounts (top %+v), want exactly the bind of /disk.img", n, top)
@@ -177,15 +237,19 @@ func TestGrowCornerCaseXFS(t *testing.T) {
 	f.loop.Grow(t, 700*mib)
 	before := f.launcherStatfs(t)
 
+	var res GrowResult
+	var err error
 	start := time.Now()
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	withoutPath(t, func() { res, err = f.grow(t, GrowOptions{GrowFilesystem: true}) })
 	elapsed := time.Since(start)
 	if err != nil {
 		t.Fatalf("Grow: %v", err)
 	}
 	t.Logf("xfs 400 -> 700 MiB grown in %v: %+v", elapsed, res)
-	if f.resizer.calls != 1 {
-		t.Errorf("resizer called %d times, want 1", f.resizer.calls)
+	// The whole device in 4 KiB blocks, and mkfs.xfs's inode space limit
+	// below 1 TiB kept as it was.
+	if want := []resizeCall{{"xfs", uint64(700 * mib / 4096), 25}}; !slices.Equal(f.ioctls.calls, want) {
+		t.Errorf("resize calls %+v, want %+v", f.ioctls.calls, want)
 	}
 	if res.Device != f.loop.Device || res.FSType != "xfs" || res.DeviceBytes != 700*mib || res.FilesystemBytes != 400*mib {
 		t.Errorf("result %+v, want xfs on %s, 700 MiB device, 400 MiB filesystem", res, f.loop.Device)
@@ -207,8 +271,8 @@ func TestGrowCornerCaseXFS(t *testing.T) {
 
 	// A second check finds nothing to do.
 	res, err = f.grow(t, GrowOptions{GrowFilesystem: true})
-	if err != nil || res.NeedsGrowth || res.Grown || f.resizer.calls != 1 {
-		t.Errorf("second Grow: %+v, %v, %d resizer calls; want nothing done", res, err, f.resizer.calls)
+	if err != nil || res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 1 {
+		t.Errorf("second Grow: %+v, %v, %d resize calls; want nothing done", res, err, len(f.ioctls.calls))
 	}
 }
 
@@ -219,24 +283,32 @@ func TestGrowExt4(t *testing.T) {
 	f.loop.Grow(t, 700*mib)
 	before := f.launcherStatfs(t)
 
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	var res GrowResult
+	var err error
+	withoutPath(t, func() { res, err = f.grow(t, GrowOptions{GrowFilesystem: true}) })
 	t.Logf("ext4 400 -> 700 MiB: %+v, %v", res, err)
-	if f.resizer.calls != 1 {
-		t.Errorf("resizer called %d times, want 1", f.resizer.calls)
+	// mkfs.ext4 picks the block size by the size (1 KiB below 512 MiB).
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(f.target, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	bs := sfs.Bsize
+	if want := []resizeCall{{"ext4", uint64(700 * mib / bs), 0}}; !slices.Equal(f.ioctls.calls, want) {
+		t.Errorf("resize calls %+v, want %+v", f.ioctls.calls, want)
 	}
 	if hasCapSysResource() {
 		if err != nil || !res.Grown || f.launcherStatfs(t) <= before {
 			t.Errorf("with CAP_SYS_RESOURCE: %+v, %v; want grown", res, err)
 		}
 	} else {
-		if !errors.Is(err, ErrNoCapSysResource) {
-			t.Fatalf("err = %v, want ErrNoCapSysResource", err)
+		if !errors.Is(err, ErrNoCapSysResource) || !errors.Is(err, unix.EPERM) {
+			t.Fatalf("err = %v, want EPERM and ErrNoCapSysResource", err)
 		}
-		want := fmt.Sprintf("grow ext4 on %s (%s) for \"vol.img\": resize2fs %s: exit status 1: ", f.loop.Device, res.Dev, f.loop.Device)
-		msg := err.Error()
-		if !strings.HasPrefix(msg, want) || !strings.Contains(msg, "Permission denied to resize filesystem") ||
-			!strings.HasSuffix(msg, "the agent lacks CAP_SYS_RESOURCE, which online ext4 growth needs; run the DaemonSet privileged") {
-			t.Errorf("error %q\nwant it to start %q, name the EPERM and end with the capability hint", msg, want)
+		want := fmt.Sprintf("grow ext4 on %s (%s) for \"vol.img\": EXT4_IOC_RESIZE_FS from %d to %d blocks: operation not permitted: "+
+			"the agent lacks CAP_SYS_RESOURCE, which online ext4 growth needs; run the DaemonSet privileged",
+			f.loop.Device, res.Dev, 400*mib/bs, 700*mib/bs)
+		if msg := err.Error(); msg != want {
+			t.Errorf("error %q\nwant      %q", msg, want)
 		}
 		if res.Grown || res.FilesystemAfter != before || f.launcherStatfs(t) != before {
 			t.Errorf("%+v: the filesystem changed although growth failed", res)
@@ -252,13 +324,13 @@ func TestGrowNothingToDo(t *testing.T) {
 	for _, fstype := range []string{"ext4", "xfs"} {
 		t.Run(fstype, func(t *testing.T) {
 			f := newGrowFixture(t, fstype, 400*mib, 16*mib)
-			f.resizer.skip = true
+			f.ioctls.skip = true
 			res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.resizer.calls != 0 || res.NeedsGrowth || res.Grown || res.DeviceSmaller {
-				t.Errorf("%+v, %d resizer calls: want no growth", res, f.resizer.calls)
+			if len(f.ioctls.calls) != 0 || res.NeedsGrowth || res.Grown || res.DeviceSmaller {
+				t.Errorf("%+v, %d resize calls: want no growth", res, len(f.ioctls.calls))
 			}
 			// mkfs used the whole device: the filesystem's own size is
 			// exactly the device's, which the growth decision relies on.
@@ -270,13 +342,13 @@ func TestGrowNothingToDo(t *testing.T) {
 			}
 			// Growth below the slack is left alone too.
 			f.loop.Grow(t, 400*mib+GrowSlackBytes)
-			if res, err = f.grow(t, GrowOptions{GrowFilesystem: true}); err != nil || res.NeedsGrowth || f.resizer.calls != 0 {
-				t.Errorf("within the slack: %+v, %v, %d calls", res, err, f.resizer.calls)
+			if res, err = f.grow(t, GrowOptions{GrowFilesystem: true}); err != nil || res.NeedsGrowth || len(f.ioctls.calls) != 0 {
+				t.Errorf("within the slack: %+v, %v, %d calls", res, err, len(f.ioctls.calls))
 			}
 			// Reporting only: a grown device is seen but not acted on.
 			f.loop.Grow(t, 600*mib)
-			if res, err = f.grow(t, GrowOptions{}); err != nil || !res.NeedsGrowth || res.Grown || f.resizer.calls != 0 {
-				t.Errorf("report only: %+v, %v, %d calls", res, err, f.resizer.calls)
+			if res, err = f.grow(t, GrowOptions{}); err != nil || !res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {
+				t.Errorf("report only: %+v, %v, %d calls", res, err, len(f.ioctls.calls))
 			}
 		})
 	}
@@ -284,7 +356,7 @@ func TestGrowNothingToDo(t *testing.T) {
 
 func TestGrowNeverShrinks(t *testing.T) {
 	f := newGrowFixture(t, "xfs", 400*mib, 16*mib)
-	f.resizer.skip = true
+	f.ioctls.skip = true
 	// A device smaller than its filesystem (a broken backend, a wrong
 	// device): reported, never acted on.
 	f.loop.Grow(t, 350*mib)
@@ -292,8 +364,8 @@ func TestGrowNeverShrinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.DeviceSmaller || res.NeedsGrowth || res.Grown || f.resizer.calls != 0 {
-		t.Errorf("%+v, %d calls: want DeviceSmaller reported and nothing done", res, f.resizer.calls)
+	if !res.DeviceSmaller || res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {
+		t.Errorf("%+v, %d calls: want DeviceSmaller reported and nothing done", res, len(f.ioctls.calls))
 	}
 	if res.DeviceBytes != 350*mib || res.FilesystemBytes != 400*mib {
 		t.Errorf("device %d, filesystem %d", res.DeviceBytes, res.FilesystemBytes)
@@ -419,8 +491,8 @@ func TestGrowRefusals(t *testing.T) {
 			}
 		})
 	}
-	if f.resizer.calls != 0 {
-		t.Errorf("resizer called %d times", f.resizer.calls)
+	if len(f.ioctls.calls) != 0 {
+		t.Errorf("resize calls: %d", len(f.ioctls.calls))
 	}
 }
 
@@ -482,8 +554,26 @@ func TestGrowReadOnlyFilesystem(t *testing.T) {
 	if !errors.Is(err, ErrGrowRefused) || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("err = %v, want a read-only refusal", err)
 	}
-	if !res.NeedsGrowth || res.Grown || f.resizer.calls != 0 {
-		t.Errorf("%+v, %d resizer calls", res, f.resizer.calls)
+	if !res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {
+		t.Errorf("%+v, %d resize calls", res, len(f.ioctls.calls))
 	}
 	f.checkMounts(t)
+}
+
+// withoutPath runs fn with PATH emptied, so that any program fn tried to
+// run would not be found: growth must need none.
+func withoutPath(t testing.TB, fn func()) {
+	t.Helper()
+	old, had := os.LookupEnv("PATH")
+	if err := os.Setenv("PATH", ""); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if had {
+			_ = os.Setenv("PATH", old)
+		} else {
+			_ = os.Unsetenv("PATH")
+		}
+	}()
+	fn()
 }

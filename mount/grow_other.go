@@ -5,14 +5,21 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"os"
 )
 
 func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
 	return GrowResult{}, fmt.Errorf("grow %q in %q: %w", name+".img", targetDir, errors.ErrUnsupported)
 }
 
-func execResize(fstype, device, mountPoint string) error {
-	return fmt.Errorf("resize %s on %q: %w", fstype, device, errors.ErrUnsupported)
+// GrowXFSData is only supported on Linux.
+func (KernelIoctls) GrowXFSData(f *os.File, _ uint64, _ uint32) error {
+	return fmt.Errorf("grow xfs holding %q: %w", f.Name(), errors.ErrUnsupported)
+}
+
+// ResizeExt4 is only supported on Linux.
+func (KernelIoctls) ResizeExt4(f *os.File, _ uint64) error {
+	return fmt.Errorf("resize ext4 holding %q: %w", f.Name(), errors.ErrUnsupported)
 }
 
 func (g *Grower) sweep(*Table) (int, error) { return 0, errors.ErrUnsupported }

@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"os"
 	"testing"
 
 	"github.com/hpmount/hpmount/internal/testutil"
@@ -8,5 +9,11 @@ import (
 
 // The root tests of this package mount loop filesystems and file binds; the
 // binary re-runs itself in a private mount namespace so none of that reaches
-// the machine.
-func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
+// the machine. Started by TestGrowKilledMidway with growChildEnv set, it is
+// instead the growth that test kills, in its parent's namespace.
+func TestMain(m *testing.M) {
+	if spec, ok := os.LookupEnv(growChildEnv); ok {
+		os.Exit(runGrowChild(spec))
+	}
+	testutil.RunInPrivateMountNamespace(m)
+}

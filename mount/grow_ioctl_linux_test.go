@@ -1,0 +1,263 @@
+package mount
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/internal/testutil"
+	"github.com/hpmount/hpmount/isolation"
+)
+
+// TestGrowIoctlErrors: what the kernel answers a resize call reaches the
+// caller as the errno itself, so that node's busy() can tell a resize that
+// lost a race (EBUSY from ext4, EAGAIN from xfs) apart; EPERM on ext4
+// without CAP_SYS_RESOURCE carries the capability hint, on xfs it does not.
+func TestGrowIoctlErrors(t *testing.T) {
+	tests := []struct {
+		name, fstype string
+		errno        unix.Errno
+		wantHint     bool
+	}{
+		{"xfs growth already running", "xfs", unix.EAGAIN, false},
+		{"ext4 resize already running", "ext4", unix.EBUSY, false},
+		{"xfs without CAP_SYS_ADMIN", "xfs", unix.EPERM, false},
+		{"ext4 without CAP_SYS_RESOURCE", "ext4", unix.EPERM, !hasCapSysResource()},
+		{"ext4 out of space for metadata", "ext4", unix.ENOSPC, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newGrowFixture(t, tt.fstype, 400*mib, 16*mib)
+			f.loop.Grow(t, 600*mib)
+			f.ioctls.err = tt.errno
+			res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+			if !errors.Is(err, tt.errno) {
+				t.Fatalf("err = %v, want it to wrap %v", err, tt.errno)
+			}
+			if got := errors.Is(err, ErrNoCapSysResource); got != tt.wantHint {
+				t.Errorf("err = %v: capability hint %v, want %v", err, got, tt.wantHint)
+			}
+			if len(f.ioctls.calls) != 1 || !res.NeedsGrowth || res.Grown || res.FilesystemAfter != res.FilesystemBefore {
+				t.Errorf("%+v, %d calls: want one failed call and nothing grown", res, len(f.ioctls.calls))
+			}
+			f.checkMounts(t)
+		})
+	}
+}
+
+// TestGrowReadOnlyBind: the kernel takes write access through the mount the
+// call is made on, so a read-only launcher bind is refused up front, with
+// no call.
+func TestGrowReadOnlyBind(t *testing.T) {
+	f := newGrowFixture(t, "xfs", 400*mib, 16*mib)
+	if err := unix.Mount("", f.target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	f.loop.Grow(t, 600*mib)
+	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	if !errors.Is(err, ErrGrowRefused) || !strings.Contains(err.Error(), "the launcher's bind is read-only") {
+		t.Errorf("err = %v, want a refusal naming the read-only bind", err)
+	}
+	if !res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {
+		t.Errorf("%+v, %d resize calls", res, len(f.ioctls.calls))
+	}
+}
+
+// freeze freezes the filesystem mounted at dir and thaws it when t ends;
+// thaw thaws it earlier.
+func freeze(t testing.TB, dir string) {
+	t.Helper()
+	testutil.Run(t, "fsfreeze", "--freeze", dir)
+	t.Cleanup(func() { _ = exec.Command("fsfreeze", "--unfreeze", dir).Run() })
+}
+
+func thaw(t testing.TB, dir string) {
+	t.Helper()
+	testutil.Run(t, "fsfreeze", "--unfreeze", dir)
+}
+
+// TestGrowFrozenXFS is the stuck case: a growth of a frozen filesystem
+// waits in the kernel. The namespace's deadline (node's grow timeout)
+// abandons it; once thawed, the abandoned call finishes the growth, and
+// the next check finds nothing left to do. Nothing is mounted meanwhile.
+func TestGrowFrozenXFS(t *testing.T) {
+	f := newGrowFixture(t, "xfs", 400*mib, 16*mib)
+	f.loop.Grow(t, 700*mib)
+	before := f.launcherStatfs(t)
+	freeze(t, f.csiMount)
+	f.grower.NS.SetTimeout(time.Second)
+
+	_, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	if !errors.Is(err, isolation.ErrStuck) {
+		t.Fatalf("Grow on a frozen filesystem: %v, want ErrStuck", err)
+	}
+	f.checkMounts(t)
+	thaw(t, f.csiMount)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, stuck := f.grower.NS.Health(time.Now()); stuck == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned growth did not return after the thaw")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	if err != nil || res.NeedsGrowth || res.FilesystemBytes != 700*mib {
+		t.Errorf("after the thaw: %+v, %v; want the filesystem grown to the device by the abandoned call", res, err)
+	}
+	if after := f.launcherStatfs(t); after <= before+250*mib {
+		t.Errorf("launcher sees %d bytes, was %d", after, before)
+	}
+	if len(f.ioctls.calls) != 1 {
+		t.Errorf("resize calls %+v, want the one abandoned", f.ioctls.calls)
+	}
+	f.checkMounts(t)
+}
+
+// growChildEnv carries "<kubelet root>\n<target dir>" to the growth that
+// TestGrowKilledMidway starts and kills (see TestMain).
+const growChildEnv = "HPMOUNT_TEST_GROW_CHILD"
+
+// runGrowChild grows vol.img in the target dir as the agent would, with the
+// real ioctls, and says how it went on stdout.
+func runGrowChild(spec string) int {
+	root, dir, ok := strings.Cut(spec, "\n")
+	if !ok {
+		fmt.Println("bad spec", strconv.Quote(spec))
+		return 2
+	}
+	ns, err := isolation.OpenMountNamespace("/proc/self/ns/mnt")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	tab, err := ReadTable("/proc/self/mountinfo")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	g := &Grower{NS: ns, KubeletRoot: root, SysRoot: "/sys", DevRoot: "/dev"}
+	res, err := g.Grow(tab, dir, "vol", GrowOptions{GrowFilesystem: true})
+	fmt.Printf("%+v, %v\n", res, err)
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// TestGrowKilledMidway SIGKILLs a process in the middle of a growth (in
+// the resize ioctl, held there by a frozen filesystem) and shows that
+// nothing is left behind: no mount anywhere new, nothing in the private
+// dir, the device not pinned once its mounts are gone, and a second growth
+// completes.
+func TestGrowKilledMidway(t *testing.T) {
+	f := newGrowFixture(t, "xfs", 400*mib, 16*mib)
+	f.loop.Grow(t, 700*mib)
+	before := f.launcherStatfs(t)
+	freeze(t, f.csiMount)
+
+	var out bytes.Buffer
+	child := exec.Command("/proc/self/exe")
+	child.Env = append(os.Environ(), growChildEnv+"="+f.kubelet+"\n"+f.targetDir)
+	child.Stdout, child.Stderr = &out, &out
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if child.ProcessState == nil {
+			_ = child.Process.Kill()
+			_ = exec.Command("fsfreeze", "--unfreeze", f.csiMount).Run()
+			_ = child.Wait()
+		}
+	})
+	if err := waitInIoctl(child.Process.Pid, xfsIocFSGrowFSData, 30*time.Second); err != nil {
+		t.Fatalf("%v; child said: %s", err, out.String())
+	}
+	if err := child.Process.Signal(unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	thaw(t, f.csiMount)
+	err := child.Wait()
+	ws, _ := child.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != unix.SIGKILL {
+		t.Fatalf("child ended with %v, not by SIGKILL; it said: %s", err, out.String())
+	}
+	f.checkMounts(t)
+
+	// A second growth completes. The ioctl may have finished the first one
+	// in the kernel before the kill took effect: the frozen wait is not
+	// interruptible, so then there is nothing left to grow.
+	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	if err != nil || res.NeedsGrowth || (res.FilesystemBytes != 700*mib && !res.Grown) {
+		t.Fatalf("second growth: %+v, %v", res, err)
+	}
+	t.Logf("after the kill: filesystem %d MiB, grown by the second growth: %v", res.FilesystemBytes>>20, res.Grown)
+	if after := f.launcherStatfs(t); after <= before+250*mib {
+		t.Errorf("launcher sees %d bytes, was %d", after, before)
+	}
+	f.checkMounts(t)
+	assertUnpinned(t, f)
+}
+
+// assertUnpinned unmounts the launcher's bind and the published
+// filesystem, neither lazily, and then opens the device exclusively, which
+// fails with EBUSY while any superblock still holds it.
+func assertUnpinned(t *testing.T, f *growFixture) {
+	t.Helper()
+	for _, mp := range []string{f.target, f.csiMount} {
+		if err := unix.Unmount(mp, 0); err != nil {
+			t.Fatalf("unmount %q: %v", mp, err)
+		}
+	}
+	dev := f.loop.Dev(t)
+	tab, err := ReadTable("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := tab.ByDevice(unix.Major(dev), unix.Minor(dev)); len(left) != 0 {
+		t.Fatalf("the device is still mounted: %+v", left)
+	}
+	fd, err := unix.Open(f.loop.Device, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("exclusive open of %q: %v (the filesystem is still alive)", f.loop.Device, err)
+	}
+	unix.Close(fd)
+}
+
+// waitInIoctl waits until a thread of pid is in ioctl(_, req, _), as its
+// /proc/<pid>/task/<tid>/syscall says: the syscall number, then the
+// arguments in hex.
+func waitInIoctl(pid int, req uintptr, timeout time.Duration) error {
+	want := strconv.Itoa(unix.SYS_IOCTL)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			if err != nil {
+				continue
+			}
+			fields := strings.Fields(string(b))
+			if len(fields) < 3 || fields[0] != want {
+				continue
+			}
+			if n, err := strconv.ParseUint(strings.TrimPrefix(fields[2], "0x"), 16, 64); err == nil && uintptr(n) == req {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("process %d was not in ioctl %#x within %s", pid, req, timeout)
+}
