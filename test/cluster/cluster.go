@@ -47,8 +47,13 @@ type Cluster struct {
 	adminToken string
 	readyAfter time.Duration
 
-	etcd      *process
-	apiserver *process
+	etcd *process
+	// mu guards apiserver, which StopAPIServer and StartAPIServer replace.
+	mu            sync.Mutex
+	apiserver     *process
+	apiserverBin  string
+	apiserverArgs []string
+	readyTimeout  time.Duration
 
 	stopOnce sync.Once
 	stopErr  error
@@ -123,6 +128,8 @@ func (c *Cluster) tokenConfig(token string) *rest.Config {
 
 // Logs returns the last n lines of the etcd and kube-apiserver logs.
 func (c *Cluster) Logs(n int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.etcd.tail(n) + c.apiserver.tail(n)
 }
 
@@ -131,9 +138,11 @@ func (c *Cluster) Logs(n int) string {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
+		c.mu.Lock()
 		if c.apiserver != nil {
 			errs = append(errs, c.apiserver.stop())
 		}
+		c.mu.Unlock()
 		if c.etcd != nil {
 			errs = append(errs, c.etcd.stop())
 		}

@@ -36,7 +36,7 @@ func StartProcess(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 
-	c := &Cluster{workDir: opts.WorkDir}
+	c := &Cluster{workDir: opts.WorkDir, readyTimeout: opts.ReadyTimeout}
 	if c.workDir == "" {
 		if c.workDir, err = os.MkdirTemp("", "hpmount-cluster-"); err != nil {
 			return nil, fmt.Errorf("create work dir: %w", err)
@@ -131,13 +131,22 @@ func (c *Cluster) startChildren(ctx context.Context, etcdBin, apiserverBin strin
 	}
 
 	c.host = "https://127.0.0.1:" + strconv.Itoa(ports[2])
+	c.apiserverBin = apiserverBin
+	c.apiserverArgs = append(apiserverArgs(etcdURL, ports[2], c.workDir, f), extra...)
+	return c.startAPIServer(ctx)
+}
+
+// apiserverArgs is the kube-apiserver command line before the caller's
+// extra arguments; a restart reuses it, so the port, certificates and etcd
+// stay the same.
+func apiserverArgs(etcdURL string, port int, workDir string, f credentialFiles) []string {
 	const issuer = "https://kubernetes.default.svc.cluster.local"
-	args := []string{
+	return []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[2]),
-		"--cert-dir=" + filepath.Join(c.workDir, "apiserver-certs"),
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(workDir, "apiserver-certs"),
 		"--tls-cert-file=" + f.servingCert,
 		"--tls-private-key-file=" + f.servingKey,
 		"--token-auth-file=" + f.tokens,
@@ -154,7 +163,13 @@ func (c *Cluster) startChildren(ctx context.Context, etcdBin, apiserverBin strin
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
-	c.apiserver, err = startProcess("kube-apiserver", apiserverBin, append(args, extra...),
+}
+
+// startAPIServer starts kube-apiserver with the recorded command line and
+// waits until /readyz answers ok.
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	var err error
+	c.apiserver, err = startProcess("kube-apiserver", c.apiserverBin, c.apiserverArgs,
 		filepath.Join(c.workDir, "kube-apiserver.log"))
 	if err != nil {
 		return err
