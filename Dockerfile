@@ -26,16 +26,17 @@ RUN --mount=type=cache,target=/go/pkg/mod \
       -o /out/hpmount ./cmd/hpmount
 
 # Runtime stage. Not distroless/static: `hpmount diag` runs findmnt
-# (util-linux) and online filesystem growth runs xfs_growfs (xfsprogs) and
-# resize2fs (e2fsprogs), so the image needs those tools and the shared
-# libraries they link. debian:bookworm-slim is the smallest base that ships
-# all three as maintained packages with security updates; nothing else is
-# installed (--no-install-recommends) and the apt lists are removed.
+# (util-linux), so the image needs it and the shared libraries it links.
+# Online filesystem growth runs no tool: the agent makes the filesystem's own
+# resize ioctl, so neither xfsprogs nor e2fsprogs is installed.
+# debian:bookworm-slim ships util-linux as a maintained package with security
+# updates; nothing else is installed (--no-install-recommends) and the apt
+# lists are removed.
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends util-linux xfsprogs e2fsprogs \
+ && apt-get install -y --no-install-recommends util-linux \
  && rm -rf /var/lib/apt/lists/* \
- && findmnt --version && xfs_growfs -V && resize2fs 2>&1 | head -n1
+ && findmnt --version
 COPY --from=build /out/hpmount /usr/local/bin/hpmount
 LABEL org.opencontainers.image.title="hpmount" \
       org.opencontainers.image.description="Node agent for KubeVirt volume hotplug: mounts hotplugged volumes into virt-launcher pods" \

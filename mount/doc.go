@@ -10,10 +10,14 @@
 //
 // Grower closes the gap the built-in mounter leaves after an attachment pod
 // is replaced: it finds the filesystem under a launcher's bind by its
-// major:minor, without the attachment pod, and grows it online through an
-// agent-private mount of the same superblock when its device has grown. It
-// never shrinks, and it never truncates or deletes a disk.img. Measure is
-// the same look without any change, for diag.
+// major:minor, without the attachment pod, and when its device has grown
+// grows it online with the filesystem's own resize ioctl
+// (XFS_IOC_FSGROWFSDATA, EXT4_IOC_RESIZE_FS) made on a descriptor of that
+// verified bind. It mounts nothing and runs no tool, so an agent killed
+// mid-growth leaves nothing behind; Sweep only removes the temporary mounts
+// that older versions, which grew through a second mount, left. It never
+// shrinks, and it never truncates or deletes a disk.img. Measure is the same
+// look without any change, for diag.
 //
 // It refuses kubelet paths of its own: where a volume is published and
 // where a launcher's hotplug-disks is are the kubelet package's answers,

@@ -9,6 +9,7 @@ import (
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // Config locates the host's pieces and says what the engine may change.
@@ -23,8 +24,14 @@ type Config struct {
 	CgroupMode blockdev.CgroupMode
 	// SysRoot is sysfs ("/sys"), DevRoot the device directory ("/dev").
 	SysRoot, DevRoot string
-	// PrivateDir holds the agent's temporary mounts for online growth.
+	// PrivateDir is where older versions of the agent made the temporary
+	// mounts of online growth. Growth mounts nothing now (it is an ioctl on
+	// the launcher's bind); the start-up sweep still unmounts what such a
+	// version left there after an upgrade.
 	PrivateDir string
+	// LauncherDir is where the launcher's compute container mounts
+	// hotplug-disks; attaches are confirmed to be seen there.
+	LauncherDir string
 	// UID and GID own what is made in the launcher (QEMU's, 107).
 	UID, GID int
 	Grow     GrowPolicy
@@ -53,9 +60,10 @@ func DefaultConfig() Config {
 		CgroupMode:  blockdev.CgroupAuto,
 		SysRoot:     "/sys",
 		DevRoot:     "/dev",
-		// /run is a tmpfs on the host, so a crash leaves nothing across
-		// reboots.
+		// Where older versions grew; /run is a tmpfs on the host, so
+		// their leftovers did not outlive a reboot either.
 		PrivateDir:  "/run/hpmount/grow",
+		LauncherDir: kubevirt.HotplugDisksMountPath,
 		UID:         107,
 		GID:         107,
 		Grow:        GrowPolicy{Filesystems: true},
