@@ -41,7 +41,14 @@ func OpenBeneath(root *os.File, rel string, how How) (*os.File, error) {
 		// O_PATH|O_NOFOLLOW hands back the symlink itself rather than
 		// failing; a link is never what a caller asked for.
 		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if err := unix.Fstat(fd, &st); err != nil {
+			// Not a refusal: a filesystem that answers only I/O errors
+			// (shut down, its device gone) fails here, and must be
+			// reported as what it is, not as tenant content.
+			unix.Close(fd)
+			return nil, fmt.Errorf("stat %q beneath %q: %w", rel, root.Name(), err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			unix.Close(fd)
 			return nil, fmt.Errorf("open %q beneath %q: %w: the last component is a symlink", rel, root.Name(), ErrUnsafePath)
 		}
@@ -197,4 +204,30 @@ func FileKind(mode uint32) string {
 		return "unix socket"
 	}
 	return "file of unknown type"
+}
+
+// OpenInRoot opens path as a process whose root directory is root sees it
+// (openat2 with RESOLVE_IN_ROOT): symlinks are followed but resolved inside
+// root, ".." stops at root and magic links are refused, so a path inside a
+// container's root (/proc/<pid>/root) never reaches the host's files. The
+// result is an O_PATH descriptor: nothing is opened for reading or
+// writing, and a FIFO or device found there is not touched. Kernels
+// without openat2 get an error wrapping errors.ErrUnsupported.
+func OpenInRoot(root *os.File, path string) (*os.File, error) {
+	oh := unix.OpenHow{
+		Flags:   uint64(unix.O_PATH | unix.O_CLOEXEC),
+		Resolve: uint64(unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS),
+	}
+	for {
+		fd, err := unix.Openat2(int(root.Fd()), path, &oh)
+		switch {
+		case err == unix.EINTR || err == unix.EAGAIN:
+			continue
+		case errors.Is(err, unix.ENOSYS):
+			return nil, fmt.Errorf("open %q in root %q: %w", path, root.Name(), errors.ErrUnsupported)
+		case err != nil:
+			return nil, fmt.Errorf("open %q in root %q: %w", path, root.Name(), err)
+		}
+		return os.NewFile(uintptr(fd), filepath.Join(root.Name(), path)), nil
+	}
 }
