@@ -28,6 +28,9 @@ type applied struct {
 	// Canceled: the agent is stopping; the failure says nothing about the
 	// volume and is not reported.
 	Canceled bool
+	// NotPropagated says why the launcher does not see an attach that
+	// was made on the host (Result says what was made).
+	NotPropagated error
 }
 
 // apply runs the plan against launcher, in order. It never changes the
@@ -72,6 +75,10 @@ func (a *Agent) call(ctx context.Context, snap Snapshot, launcher types.UID, o o
 	}
 	r.Took = time.Since(start)
 	if err == nil {
+		return r
+	}
+	if errors.Is(err, ErrNotPropagated) {
+		r.NotPropagated = err
 		return r
 	}
 	attach := o.Kind == outcome.Attach || o.Kind == outcome.Verify

@@ -43,6 +43,11 @@ type ObservedVolume struct {
 	SourceDev  string // "MAJ:MIN" of the mounted filesystem
 	SourceRoot string // root of the bind inside that filesystem, e.g. /disk.img
 	SourceGone bool   // the mounted file was deleted or its device vanished
+	// NotPropagated: the launcher mounts hotplug-disks but does not see
+	// this mount there (its view is not a slave of the host's). Mounting
+	// again cannot help, so the entry still counts as healthy; it is
+	// reported instead of MountedToPod.
+	NotPropagated bool
 	// Block mode: the device number the node points at.
 	DeviceMajor, DeviceMinor uint32
 }
@@ -78,6 +83,10 @@ type GrowResult struct {
 // and never reported as a failed expansion.
 var ErrBusy = errors.New("the filesystem is busy with another resize")
 
+// ErrNotPropagated is wrapped by an Attach whose mount is in place on the
+// host but not seen by the launcher; the result still says what was done.
+var ErrNotPropagated = errors.New("the launcher does not see the mount")
+
 // ErrStuck is wrapped by an Engine call that did not finish within its
 // deadline and was abandoned; what it did is unknown until the node is
 // observed again.
@@ -107,7 +116,9 @@ type Engine interface {
 	// launcher whose directory does not exist yields no entries and no error.
 	Observe(ctx context.Context, s Snapshot, launcher types.UID) ([]ObservedVolume, error)
 	// Attach makes the volume visible in its launcher; the result is one
-	// of outcome.Unchanged, Mounted, Created or Replaced.
+	// of outcome.Unchanged, Mounted, Created or Replaced. A filesystem
+	// volume mounted on the host that the launcher does not see comes
+	// with an error wrapping ErrNotPropagated.
 	Attach(ctx context.Context, s Snapshot, v DesiredVolume) (outcome.Result, error)
 	// Detach removes an observed entry; outcome.Unchanged or Removed.
 	Detach(ctx context.Context, s Snapshot, launcher types.UID, o ObservedVolume) (outcome.Result, error)

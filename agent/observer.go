@@ -37,6 +37,8 @@ const (
 	StateRefused   = "refused"
 	StateFailed    = "failed"
 	StateUnmounted = "unmounted"
+	// StateNotPropagated: mounted on the host, not seen by the launcher.
+	StateNotPropagated = "not-propagated"
 )
 
 // Expansion results reported to Observer.Expansion.

@@ -18,6 +18,7 @@ const (
 	EventShrinkIgnored      = "ShrinkIgnored"
 	EventFilesystemExpanded = "FilesystemExpanded"
 	EventHotplugStuck       = "HotplugStuck"
+	EventNotPropagated      = "VolumeNotPropagated"
 )
 
 // summaryInput is everything one pass decided and did for a launcher.
@@ -160,6 +161,9 @@ func (s *summary) attached(r applied) {
 		}
 	default:
 		s.Cleared = append(s.Cleared, onceKey(name, EventHotplugFailed))
+		if r.NotPropagated != nil {
+			return // reported with the volume (summarize_grow.go)
+		}
 		if r.Result.Changed() {
 			s.normal(name, EventVolumeMounted, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod (%s)", name, r.Result))
 		}

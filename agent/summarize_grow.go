@@ -66,7 +66,9 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 	if r != nil && r.Refusal != nil {
 		refusal = &kubevirt.Refusal{Reason: r.Refusal.Reason, Message: fmt.Sprintf("volume %q: %s", name, r.Refusal.Message), Err: r.Refusal.Err}
 	}
-	mounted := findObserved(in.Observed, name).Healthy(it.Desired.Mode)
+	o := findObserved(in.Observed, name)
+	mounted := o.Healthy(it.Desired.Mode)
+	notSeen := notPropagated(o, r)
 	if r != nil {
 		mounted = keptMounted(*r)
 	}
@@ -75,7 +77,12 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 		s.Events = append(s.Events, refusalEvent(name, refusal))
 		s.Volumes = append(s.Volumes, volumeState{name, mode, StateRefused})
 		return
+	case mounted && notSeen != "":
+		// QEMU would not find the volume: no MountedToPod, no latency.
+		s.warn(name, EventNotPropagated, fmt.Sprintf("Volume %s is mounted on the node but virt-launcher pod does not see it: %s", name, notSeen))
+		s.Volumes = append(s.Volumes, volumeState{name, mode, StateNotPropagated})
 	case mounted:
+		s.Cleared = append(s.Cleared, onceKey(name, EventNotPropagated))
 		if in.ReportVolumeStatus && it.Status != nil && it.Status.Phase != kubevirt.PhaseMountedToPod && it.Status.Phase != kubevirt.PhaseReady {
 			s.Status[name] = statusUpdate{kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod", name)}
 		}
@@ -100,6 +107,19 @@ func (s *summary) warn(volume, reason, msg string) {
 
 func (s *summary) normal(volume, reason, msg string) {
 	s.Events = append(s.Events, event{Volume: volume, Type: corev1.EventTypeNormal, Reason: reason, Message: msg})
+}
+
+// notPropagated says why the launcher does not see the volume's mount,
+// from this pass's attach or else from what was observed; "" if it does
+// or cannot be told.
+func notPropagated(o *ObservedVolume, r *applied) string {
+	switch {
+	case r != nil && r.NotPropagated != nil:
+		return r.NotPropagated.Error()
+	case r == nil && o != nil && o.NotPropagated:
+		return "its view of hotplug-disks does not receive the node's mounts (started before the kubelet's pods directory was shared, or without mountPropagation: HostToContainer); restart the launcher pod (migrate the VM)"
+	}
+	return ""
 }
 
 func findObserved(obs []ObservedVolume, name string) *ObservedVolume {

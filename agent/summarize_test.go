@@ -34,6 +34,10 @@ func TestSummarize(t *testing.T) {
 		return a
 	}
 	it := fs(nil)
+	notSeenFS := healthyFS
+	notSeenFS.NotPropagated = true
+	notSeen := did(outcome.Attach, &it, nil, outcome.Mounted, nil)
+	notSeen.NotPropagated = fmt.Errorf("%w: the launcher sees the empty file", ErrNotPropagated)
 	detachGone := applied{Op: op{Kind: outcome.Detach, Name: "gone", Observed: &ObservedVolume{Name: "gone", Mode: kubevirt.Block}}, Result: outcome.Removed}
 	tests := []struct {
 		name     string
@@ -47,6 +51,10 @@ func TestSummarize(t *testing.T) {
 	}{
 		{"fresh attach", summaryInput{Intents: []volumeIntent{it}, Applied: []applied{did(outcome.Attach, &it, nil, outcome.Mounted, nil)}},
 			StateMounted, []string{"Normal VolumeMounted"}, kubevirt.PhaseMountedToPod, true, 0, nil},
+		{"attached, the launcher does not see it", summaryInput{Intents: []volumeIntent{it}, Applied: []applied{notSeen}},
+			StateNotPropagated, []string{"Warning VolumeNotPropagated"}, "", false, 0, nil},
+		{"observed, the launcher does not see it", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{notSeenFS}},
+			StateNotPropagated, []string{"Warning VolumeNotPropagated"}, "", false, 0, nil},
 		{"healthy, nothing ran", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{healthyFS}},
 			StateMounted, nil, kubevirt.PhaseMountedToPod, false, 0, nil},
 		{"attach fails", summaryInput{Intents: []volumeIntent{it}, Applied: []applied{did(outcome.Attach, &it, nil, outcome.Error, errors.New("EIO"))}},

@@ -48,6 +48,8 @@ type DeviceRules interface {
 	// Allowed reports whether the rule Allow adds is in effect in the pod
 	// cgroup and every descendant.
 	Allowed(podUID string, dev Device) (bool, error)
+	// Root is the hierarchy pod cgroups are searched under.
+	Root() string
 }
 
 var (

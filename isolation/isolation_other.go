@@ -49,3 +49,8 @@ func (m *MountNamespace) Path() string { return "" }
 
 // Close is only supported on Linux.
 func (m *MountNamespace) Close() {}
+
+// OpenInRoot is only supported on Linux.
+func OpenInRoot(root *os.File, path string) (*os.File, error) {
+	return nil, fmt.Errorf("open %q: %w", path, errors.ErrUnsupported)
+}

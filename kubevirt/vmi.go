@@ -30,6 +30,10 @@ const (
 	PhaseReady            = "Ready"
 	ReasonMountedToPod    = "VolumeMountedToPod"
 	ReasonUnMounted       = "VolumeUnMountedFromPod"
+	// HotplugDisksMountPath is where virt-launcher's compute container
+	// mounts the hotplug-disks emptyDir (HostToContainer) and QEMU opens
+	// the volumes.
+	HotplugDisksMountPath = "/var/run/kubevirt/hotplug-disks"
 )
 
 // VolumeMode is the PVC's volumeMode as KubeVirt reports it in

@@ -50,7 +50,7 @@ const (
 
 var (
 	knownModes  = []string{ModeFilesystem, ModeBlock, ModeUnknown}
-	knownStates = []string{agent.StateMounted, agent.StatePending, agent.StateRefused, agent.StateFailed, agent.StateUnmounted}
+	knownStates = []string{agent.StateMounted, agent.StatePending, agent.StateRefused, agent.StateFailed, agent.StateUnmounted, agent.StateNotPropagated}
 	expansions  = []string{agent.ExpansionGrown, agent.ExpansionUnchanged, agent.ExpansionFailed, agent.ExpansionShrinkIgnored}
 )
 

@@ -35,6 +35,11 @@ type Engine struct {
 	rules    blockdev.DeviceRules
 	grow     GrowPolicy
 	memo     growMemo
+	// pods finds launchers' processes, sight remembers what they were
+	// seen to receive, launcherDir is where they mount hotplug-disks.
+	pods        podcgroup.Finder
+	sight       sightMemo
+	launcherDir string
 	// gateMu guards the last propagation verdict.
 	gateMu  sync.Mutex
 	gateAt  time.Time
@@ -71,7 +76,7 @@ func New(c Config) (*Engine, error) {
 	ns.SetTimeout(c.CallTimeout)
 	growNS.SetTimeout(c.GrowTimeout)
 	return &Engine{
-		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
+		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow, launcherDir: c.LauncherDir,
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
@@ -194,8 +199,16 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 	}
 	var out []agent.ObservedVolume
 	for _, f := range files {
-		out = append(out, agent.ObservedVolume{Name: f.Name, Mode: kubevirt.Filesystem, Mounted: f.Mounted, Stacked: f.Depth,
-			SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone})
+		o := agent.ObservedVolume{Name: f.Name, Mode: kubevirt.Filesystem, Mounted: f.Mounted, Stacked: f.Depth,
+			SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}
+		if o.Healthy(kubevirt.Filesystem) {
+			err := e.confirmSeen(launcher, f.Name, uint64(f.MountID))
+			if errors.Is(err, agent.ErrStuck) {
+				return nil, err
+			}
+			o.NotPropagated = err != nil
+		}
+		out = append(out, o)
 	}
 	nodes, err := e.nodes.Observe(dir)
 	if err != nil {
@@ -227,7 +240,10 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 		return outcome.Unchanged, refusal(err)
 	}
 	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
-	return r, refusal(err)
+	if err != nil || !r.Changed() {
+		return r, refusal(err)
+	}
+	return r, e.confirmSeen(v.LauncherUID, v.Name, 0)
 }
 
 func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
@@ -306,6 +322,7 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 	dir := hotplugDisks(launcher)
 	if o.Mode != kubevirt.Block {
 		e.memo.forget(growKey{launcher, o.Name})
+		e.sight.forget(growKey{launcher, o.Name})
 		r, err := e.attacher.Detach(t, dir, o.Name)
 		return r, stuck(err)
 	}

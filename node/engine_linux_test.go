@@ -416,3 +416,61 @@ func deviceOf(t *testing.T, path string) blockdev.Device {
 	must(t, unix.Stat(path, &st))
 	return blockdev.Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
 }
+
+// TestLauncherMustSeeTheMount: an attach counts only once the launcher
+// sees it. A launcher whose view of hotplug-disks receives the host's
+// mounts (HostToContainer) sees disk.img; one whose view is private (a
+// launcher started before the pods dir was shared) sees the empty target
+// file, and the engine says so on the attach and on every observe.
+func TestLauncherMustSeeTheMount(t *testing.T) {
+	n := newLinkedRoot(t)
+	hotplug := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
+	testutil.MakeShared(t, filepath.Dir(n.real))
+	ctr := filepath.Join(filepath.Dir(n.real), "ctr-hotplug-disks")
+	must(t, os.Mkdir(ctr, 0o755))
+	l := testutil.StartLauncher(t)
+	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
+	must(t, os.WriteFile(filepath.Join(pod, "cgroup.procs"), []byte(fmt.Sprint(l.Pid)), 0))
+	l.Exec(t, "mount --bind "+hotplug+" "+ctr)
+
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev",
+		LauncherDir: ctr, UID: 107, GID: 107})
+	must(t, err)
+	defer e.Close()
+	ctx := context.Background()
+	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	observe := func() agent.ObservedVolume {
+		t.Helper()
+		snap, err := e.Snapshot(ctx)
+		must(t, err)
+		o, err := e.Observe(ctx, snap, launcherUID)
+		if err != nil || len(o) != 1 {
+			t.Fatalf("observe = %+v, %v; want the bind", o, err)
+		}
+		return o[0]
+	}
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+		t.Fatalf("attach into a launcher that receives mounts = %s, %v", r, err)
+	}
+	if o := observe(); o.NotPropagated || !o.Healthy(kubevirt.Filesystem) || len(e.sight.seen) != 1 {
+		t.Fatalf("observed %+v (confirmed %v), want healthy and seen by the launcher", o, e.sight.seen)
+	}
+	if got, err := e.Detach(ctx, snap, launcherUID, observe()); err != nil || got != outcome.Removed {
+		t.Fatalf("detach = %s, %v", got, err)
+	}
+
+	l.Exec(t, "mount --make-private "+ctr)
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	r, err := e.Attach(ctx, snap, v)
+	if r != outcome.Mounted || !errors.Is(err, agent.ErrNotPropagated) || !strings.Contains(err.Error(), "HostToContainer") {
+		t.Fatalf("attach into a private view = %s, %v; want mounted with ErrNotPropagated explaining the cause", r, err)
+	}
+	if o := observe(); !o.NotPropagated || !o.Healthy(kubevirt.Filesystem) {
+		t.Fatalf("observed %+v, want healthy but not propagated", o)
+	}
+}

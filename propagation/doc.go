@@ -5,6 +5,8 @@
 // in the host mount namespace. They reach the launcher only if the host
 // mount holding the kubelet pods directory is shared and the launcher's view
 // of the emptyDir (mountPropagation: HostToContainer) is a slave of that
-// mount's peer group. Both facts are read from mountinfo tables; this package
-// mounts nothing and changes nothing.
+// mount's peer group. Both facts are read from mountinfo tables. Reached
+// then confirms the end of the chain: a launcher's own processes, looked at
+// through /proc/<pid>/root, see under a target's name the very file the
+// host mounted. This package mounts nothing and changes nothing.
 package propagation

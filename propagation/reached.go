@@ -1,0 +1,73 @@
+package propagation
+
+import (
+	"fmt"
+	"os"
+)
+
+// Ident is a file's identity: its device and inode.
+type Ident struct{ Dev, Ino uint64 }
+
+
+// Launcher says where to look at a launcher's hotplug-disks from inside
+// the launcher: through which processes, and at which path their
+// containers mount it.
+type Launcher struct {
+	// Proc is the host's procfs, "/proc".
+	Proc string
+	// Pids are processes of the launcher pod, in any of its containers.
+	Pids []int
+	// Dir is the path of hotplug-disks inside the container that mounts
+	// it (KubeVirt's compute container).
+	Dir string
+	// DirIdent is the host's hotplug-disks directory: a process whose Dir
+	// is anything else does not mount the emptyDir (another container, or
+	// the pod's sandbox) and is passed over.
+	DirIdent Ident
+}
+
+// Sight is what a launcher sees of one target.
+type Sight int
+
+const (
+	// NoView: no process of the launcher mounts its hotplug-disks, so
+	// nothing can be told (the containers are starting or restarting).
+	NoView Sight = iota
+	// Seen: the launcher sees the file the host mounted.
+	Seen
+	// NotSeen: the launcher mounts hotplug-disks but sees something else
+	// under the target's name (the empty file under the host's mount):
+	// the mount did not propagate into the launcher.
+	NotSeen
+)
+
+// NotSeenError says that a mount made on the host is not what the
+// launcher sees, with what it sees instead and the likely cause.
+type NotSeenError struct {
+	Name      string
+	Pid       int
+	Want, Got Ident
+	GotErr    error
+}
+
+func (e *NotSeenError) Error() string {
+	got := e.Got.String()
+	if e.GotErr != nil {
+		got = e.GotErr.Error()
+	}
+	return fmt.Sprintf("the launcher (pid %d) does not see the mount on %q: it sees %s, the host mounted %s; "+
+		"its view of hotplug-disks is not a slave of the host mount (a launcher started before the kubelet's pods "+
+		"directory was made rshared, or without mountPropagation: HostToContainer): restart the launcher pod (migrate the VM)",
+		e.Pid, e.Name, got, e.Want)
+}
+
+// Reached tells whether the launcher sees, under name in its
+// hotplug-disks, the file want (the host's bind target, i.e. disk.img's
+// identity). Every process of the launcher that mounts hotplug-disks is
+// asked, one per mount namespace; one that sees want is enough. NotSeen
+// comes with a *NotSeenError.
+func Reached(l Launcher, name string, want Ident) (Sight, error) { return reached(l, name, want) }
+
+// IdentOf is the identity of an open file, for Launcher.DirIdent and
+// Reached's want.
+func IdentOf(f *os.File) (Ident, error) { return identOf(f) }

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package propagation
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+func reached(l Launcher, name string, want Ident) (Sight, error) {
+	return NoView, fmt.Errorf("look into launcher for %q: %w", name, errors.ErrUnsupported)
+}
+
+func identOf(f *os.File) (Ident, error) {
+	return Ident{}, fmt.Errorf("stat %q: %w", f.Name(), errors.ErrUnsupported)
+}
+
+func (i Ident) String() string { return fmt.Sprintf("device %d inode %d", i.Dev, i.Ino) }
