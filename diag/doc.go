@@ -35,6 +35,11 @@
 //     mount of its own; the target <vol>.img is not a regular file (or the
 //     block target not a block device). Hint: fix what the detail names;
 //     hpmount never touches it.
+//   - dead-source: inspecting the volume failed with an error that means
+//     its filesystem is gone (EIO, ESTALE, ENOTCONN, EHOSTDOWN, ENXIO,
+//     ENODEV: shut down after an error, its device or storage server gone).
+//     Hint: check the kernel log and the storage backend; no remount
+//     repairs it: unplug the volume or restart the VM once storage is back.
 //   - error: the volume could not be inspected (permissions, I/O). Hint:
 //     run diag with the agent's privileges (kubectl exec into the agent pod).
 //   - propagation-broken: propagation.CheckShared fails for

@@ -22,6 +22,7 @@ type Verdict string
 // explains each one and its hint.
 const (
 	Refused           Verdict = "refused"
+	DeadSource        Verdict = "dead-source"
 	Error             Verdict = "error"
 	PropagationBroken Verdict = "propagation-broken"
 	NotMounted        Verdict = "not-mounted"

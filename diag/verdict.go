@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/propagation"
@@ -32,6 +34,8 @@ func judge(v *Volume, f *findings) {
 	case f.refused != nil:
 		verdict, detail = Refused, f.refused.Message
 		v.RefusalReason = f.refused.Reason
+	case f.err != nil && deadSource(f.err):
+		verdict, detail = DeadSource, f.err.Error()
 	case f.err != nil:
 		verdict, detail = Error, f.err.Error()
 	case f.propagation != nil:
@@ -62,6 +66,8 @@ func hintFor(verdict Verdict, f *findings) string {
 	switch verdict {
 	case Refused:
 		return "hpmount refuses this volume and never touches it: fix what the detail names (a disk.img that is not a plain file, an unsafe volume name, pods that do not belong to the VMI)"
+	case DeadSource:
+		return "the volume's filesystem answers only I/O errors (shut down after an error, or its device or storage server is gone): check the kernel log (dmesg) and the storage backend; no remount can repair it, so unplug the volume (its target detaches) or restart the VM once the storage is back"
 	case Error:
 		return "the volume could not be inspected: run diag with the agent's privileges (in the agent pod: kubectl exec), and check the detail"
 	case PropagationBroken:
@@ -87,6 +93,18 @@ func hintFor(verdict Verdict, f *findings) string {
 		return fmt.Sprintf("the filesystem is smaller than its device: look for a FilesystemExpansionFailed Event on the VMI (the agent grows it unless --grow-filesystems=false), or run `xfs_growfs %s` (xfs) / `resize2fs <device>` (ext4)", f.target)
 	}
 	return ""
+}
+
+// deadSource reports an error that means the filesystem behind a volume
+// is gone, not that diag lacks a right to look: the errors mount treats as
+// a dead source on a target.
+func deadSource(err error) bool {
+	for _, e := range []error{unix.EIO, unix.ESTALE, unix.ENOTCONN, unix.EHOSTDOWN, unix.ENXIO, unix.ENODEV} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 const (
