@@ -22,13 +22,21 @@ func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 	if err := kubelet.ValidName(name); err != nil {
 		return GrowResult{}, fmt.Errorf("grow %q: %w", label, err)
 	}
-	var res GrowResult
+	// The result comes back through a buffered channel, not a captured
+	// variable: past g.NS's timeout Do returns while the abandoned call
+	// still runs, and it must then write nowhere the caller reads.
+	out := make(chan GrowResult, 1)
 	err := g.NS.Do(func() error {
-		var err error
-		res, err = g.growInNamespace(t, targetDir, label, opts)
+		res, err := g.growInNamespace(t, targetDir, label, opts)
+		out <- res
 		return err
 	})
-	return res, err
+	select {
+	case res := <-out:
+		return res, err
+	default:
+		return GrowResult{}, err
+	}
 }
 
 func (g *Grower) growInNamespace(t *Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
@@ -289,8 +297,10 @@ func (g *Grower) sweep(t *Table) (int, error) {
 	}
 	slices.Sort(left)
 	left = slices.Compact(left)
-	var errs []error
+	// The errors are the call's own result, so that a call abandoned past
+	// g.NS's timeout writes nothing the caller reads.
 	err := g.NS.Do(func() error {
+		var errs []error
 		for _, mp := range left {
 			for unix.Unmount(mp, unix.MNT_DETACH) == nil {
 			}
@@ -298,10 +308,7 @@ func (g *Grower) sweep(t *Table) (int, error) {
 				errs = append(errs, fmt.Errorf("remove leftover growth mount point %q: %w", mp, err))
 			}
 		}
-		return nil
+		return errors.Join(errs...)
 	})
-	if err != nil {
-		return 0, err
-	}
-	return len(left), errors.Join(errs...)
+	return len(left), err
 }
