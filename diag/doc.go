@@ -58,6 +58,12 @@
 //     `umount <target>` (block: `rm <target>`).
 //   - stacked: more than one mount on <vol>.img. Hint: "unmount all but
 //     one: `umount <target>` N-1 times, the agent will remount".
+//   - not-propagated: the bind is in place on the host, but a process of
+//     the launcher that mounts hotplug-disks (at
+//     kubevirt.HotplugDisksMountPath) sees something else under the
+//     target's name (propagation.LauncherView.Check, as the agent asks it).
+//     Hint: restart the launcher pod (migrate the VM); mounting again does
+//     not help.
 //   - wrong-device: the block node's major:minor is not the device the
 //     kubelet published for the attachment pod. Hint: the agent replaces it,
 //     or `rm <target>` and let it recreate the node.

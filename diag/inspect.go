@@ -15,6 +15,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/propagation"
 )
 
 // inspector looks at the node for one Run. Everything it does is read-only.
@@ -33,6 +34,8 @@ type inspector struct {
 	rules    blockdev.DeviceRules
 	rulesErr error
 	propErr  error
+	// view asks a launcher's processes what they see.
+	view propagation.LauncherView
 	// observedDirs caches observeDir.
 	observedDirs map[string][]mount.Observed
 }
@@ -223,7 +226,29 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 	case want != nil && m != nil && (m.Dev() != want.Dev() || m.Root != wantRoot):
 		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s[%s] (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, wantRoot, want.Dev())
 	default:
+		in.checkSeen(v, f, string(vc.launcher.UID), targetDir)
 		in.measure(v, f, targetDir)
+	}
+}
+
+// checkSeen asks the launcher whether it sees the bind, as the agent does.
+func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir string) {
+	var sight propagation.Sight
+	var why error
+	err := in.ns.Do(func() error {
+		root, err := isolation.OpenRoot(in.root.Path)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		sight, _, why = in.view.Check(root, targetDir, launcher, kubelet.TargetName(v.Volume))
+		return nil
+	})
+	switch {
+	case err != nil:
+		v.Detail = joinDetail(v.Detail, "launcher's view not checked: "+err.Error())
+	case sight == propagation.NotSeen:
+		f.notSeen = why.Error()
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/test/cluster"
 	"github.com/hpmount/hpmount/test/simnode"
@@ -207,6 +208,18 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 	e.attachFS(faults, "grown", "pv-grown", grown, true)
 	e.must(grown.Grow(testutil.MinXFSSize + 100<<20))
 
+	// not-propagated: the launcher's compute container mounts
+	// hotplug-disks at KubeVirt's path with a private view, so it sees the
+	// empty target file instead of the bind.
+	hidden := e.addVM("hidden", fsVol("unseen"))
+	e.attachFS(hidden, "unseen", "pv-unseen", e.disk("unseen", "ext4", 32<<20), true)
+	l, err := e.node.StartLauncher(string(hidden.launcher))
+	e.must(err)
+	_, err = l.Exec("mount -t tmpfs hidden-run /run && mkdir -p " + kubevirt.HotplugDisksMountPath +
+		" && mount --bind " + e.node.Path(hidden.targetDir) + " " + kubevirt.HotplugDisksMountPath +
+		" && mount --make-private " + kubevirt.HotplugDisksMountPath)
+	e.must(err)
+
 	for _, src := range []string{MountSourceFindmnt, MountSourceMountinfo} {
 		t.Run(src, func(t *testing.T) {
 			o := e.opts()
@@ -215,6 +228,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 			want := map[string]Verdict{
 				"data": OK, "raw": OK, "other": WrongDevice, "denied": NotAllowed, "idle": NotMounted,
 				"stack": Stacked, "stale": StaleSource, "evil": Refused, "grown": NeedsFSExpand,
+				"unseen": NotPropagated,
 			}
 			for name, verdict := range want {
 				v := vols[name]

@@ -28,6 +28,7 @@ const (
 	NotMounted        Verdict = "not-mounted"
 	StaleSource       Verdict = "stale-source"
 	Stacked           Verdict = "stacked"
+	NotPropagated     Verdict = "not-propagated"
 	WrongDevice       Verdict = "wrong-device"
 	NotAllowed        Verdict = "not-allowed"
 	NeedsFSExpand     Verdict = "needs-fs-expand"

@@ -11,6 +11,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/propagation"
 )
 
@@ -94,6 +95,10 @@ func newInspector(opts *Options, root kubelet.Root, table *mount.Table, ns *isol
 	in.rules, in.rulesErr = blockdev.NewDeviceRules(opts.CgroupMode, opts.CgroupRoot)
 	if in.rulesErr == nil && in.rules == nil {
 		in.rulesErr = errors.New("no device cgroup implementation")
+	}
+	if in.rulesErr == nil {
+		in.view = propagation.LauncherView{Proc: opts.Host.Proc, Dir: kubevirt.HotplugDisksMountPath,
+			CgroupRoot: in.rules.Root(), Pods: &podcgroup.Finder{}}
 	}
 	return in
 }

@@ -20,6 +20,7 @@ type findings struct {
 	notMounted  string            // why nothing is at the target
 	stale       string            // why the mount or node's source is gone or another
 	stacked     int               // mounts on the target, when more than one
+	notSeen     string            // the launcher does not see the bind, and why
 	wrongDevice string            // node vs published device
 	notAllowed  string            // the device cgroup rule is missing
 	needsExpand bool
@@ -46,6 +47,8 @@ func judge(v *Volume, f *findings) {
 		verdict, detail = StaleSource, f.stale
 	case f.stacked > 1:
 		verdict, detail = Stacked, fmt.Sprintf("%d mounts are stacked on %s", f.stacked, f.target)
+	case f.notSeen != "":
+		verdict, detail = NotPropagated, f.notSeen
 	case f.wrongDevice != "":
 		verdict, detail = WrongDevice, f.wrongDevice
 	case f.notAllowed != "":
@@ -85,6 +88,8 @@ func hintFor(verdict Verdict, f *findings) string {
 		return fmt.Sprintf("the mounted disk.img is deleted or from another device: the agent replaces the mount on its next reconcile; or `umount %s`", f.target)
 	case Stacked:
 		return fmt.Sprintf("unmount the extra mounts: run `umount %s` %d time(s); the agent then leaves exactly one", f.target, f.stacked-1)
+	case NotPropagated:
+		return "the launcher's view of hotplug-disks does not receive the node's mounts (started before the pods dir was shared, or without mountPropagation: HostToContainer): restart the launcher pod (migrate the VM); mounting again does not help"
 	case WrongDevice:
 		return fmt.Sprintf("the node is not the published device: the agent replaces it on its next reconcile; or `rm %s` and let it recreate the node", f.target)
 	case NotAllowed:

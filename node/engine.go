@@ -35,11 +35,10 @@ type Engine struct {
 	rules    blockdev.DeviceRules
 	grow     GrowPolicy
 	memo     growMemo
-	// pods finds launchers' processes, sight remembers what they were
-	// seen to receive, launcherDir is where they mount hotplug-disks.
-	pods        podcgroup.Finder
-	sight       sightMemo
-	launcherDir string
+	// view asks launchers what they see; sight remembers what they were
+	// seen to receive.
+	view  propagation.LauncherView
+	sight sightMemo
 	// gateMu guards the last propagation verdict.
 	gateMu  sync.Mutex
 	gateAt  time.Time
@@ -76,7 +75,8 @@ func New(c Config) (*Engine, error) {
 	ns.SetTimeout(c.CallTimeout)
 	growNS.SetTimeout(c.GrowTimeout)
 	return &Engine{
-		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow, launcherDir: c.LauncherDir,
+		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
+		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},

@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"sync"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
-	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/propagation"
 )
 
@@ -44,38 +42,31 @@ func (m *sightMemo) forget(k growKey) {
 	delete(m.seen, k)
 }
 
-// confirmSeen checks that the launcher sees the bind on its target name
-// (a filesystem volume's <name>.img) as the host made it: the same device
-// and inode, looked at through the launcher's own processes. mountID is the
-// bind's id when known (0: read it from the target). It returns an error
+// confirmSeen checks that the launcher sees the bind on a filesystem
+// volume's target as the host made it (propagation.LauncherView.Check).
+// mountID is the bind's id when known (0: not yet). It returns an error
 // wrapping agent.ErrNotPropagated when a process of the launcher mounts
 // hotplug-disks yet sees something else there, and nil when it sees the
-// bind or nothing can be told (no process of the pod mounts hotplug-disks
-// yet: its containers are starting or restarting; or the target cannot be
-// looked at, which the attach or observe that follows reports itself).
-// Only a call stuck past its deadline is an error of its own.
+// bind or nothing can be told: no process of the pod mounts hotplug-disks
+// yet (its containers are starting or restarting), or the target cannot be
+// looked at, which the attach or observe reports itself. Only a call stuck
+// past its deadline is an error of its own.
 func (e *Engine) confirmSeen(launcher types.UID, name string, mountID uint64) error {
 	k := growKey{launcher, name}
 	if e.sight.has(k, mountID) {
 		return nil
 	}
-	cgs, err := e.pods.Find(e.rules.Root(), string(launcher))
-	if err != nil {
-		return nil // no pod cgroup: no process to ask
-	}
-	pids, err := podcgroup.Procs(cgs)
-	if err != nil || len(pids) == 0 {
-		return nil
-	}
 	var sight propagation.Sight
 	var why error
-	err = e.ns.Do(func() error {
-		id, l, want, err := e.hostSide(launcher, name)
+	err := e.ns.Do(func() error {
+		root, err := isolation.OpenRoot(e.root.Path)
 		if err != nil {
 			return err
 		}
-		l.Pids = pids
-		if sight, why = propagation.Reached(l, kubelet.TargetName(name), want); sight == propagation.Seen {
+		defer root.Close()
+		var id uint64
+		sight, id, why = e.view.Check(root, hotplugDisks(launcher), string(launcher), kubelet.TargetName(name))
+		if sight == propagation.Seen {
 			e.sight.put(k, id)
 		}
 		return nil
@@ -87,36 +78,4 @@ func (e *Engine) confirmSeen(launcher types.UID, name string, mountID uint64) er
 		return fmt.Errorf("%w: %w", agent.ErrNotPropagated, why)
 	}
 	return nil
-}
-
-// hostSide opens the launcher's hotplug-disks and the target beneath the
-// kubelet root and returns the bind's mount id, the launcher to ask and
-// the identity the launcher must see. It runs in the host namespace.
-func (e *Engine) hostSide(launcher types.UID, name string) (uint64, propagation.Launcher, propagation.Ident, error) {
-	l := propagation.Launcher{Proc: e.host.Proc, Dir: e.launcherDir}
-	root, err := isolation.OpenRoot(e.root.Path)
-	if err != nil {
-		return 0, l, propagation.Ident{}, err
-	}
-	defer root.Close()
-	dir, err := isolation.OpenBeneath(root, hotplugDisks(launcher), isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
-	if err != nil {
-		return 0, l, propagation.Ident{}, err
-	}
-	defer dir.Close()
-	target, err := isolation.OpenBeneath(dir, kubelet.TargetName(name), isolation.How{Flags: unix.O_PATH})
-	if err != nil {
-		return 0, l, propagation.Ident{}, err
-	}
-	defer target.Close()
-	id, err := isolation.MountID(target)
-	if err != nil {
-		return 0, l, propagation.Ident{}, err
-	}
-	want, err := propagation.IdentOf(target)
-	if err != nil {
-		return 0, l, propagation.Ident{}, err
-	}
-	l.DirIdent, err = propagation.IdentOf(dir)
-	return id, l, want, err
 }

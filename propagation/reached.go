@@ -8,7 +8,6 @@ import (
 // Ident is a file's identity: its device and inode.
 type Ident struct{ Dev, Ino uint64 }
 
-
 // Launcher says where to look at a launcher's hotplug-disks from inside
 // the launcher: through which processes, and at which path their
 // containers mount it.
