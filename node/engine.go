@@ -90,8 +90,9 @@ func (e *Engine) Close() {
 	e.growNS.Close()
 }
 
-// SweepGrowthLeftovers unmounts what a growth of an earlier run left in the
-// private directory (the agent killed mid-growth) and says how many.
+// SweepGrowthLeftovers unmounts what a growth of an older hpmount left in
+// the private directory (versions that grew through a private mount, killed
+// mid-growth; growth now mounts nothing) and says how many.
 func (e *Engine) SweepGrowthLeftovers() (int, error) {
 	t, err := mount.ReadTable(e.host.MountInfo())
 	if err != nil {

@@ -68,7 +68,7 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	}
 	defer engine.Close()
 	if n, err := engine.SweepGrowthLeftovers(); err != nil || n > 0 {
-		cfg.Logger.Warn("swept growth mounts an earlier run left behind", "count", n, "error", fmt.Sprint(err))
+		cfg.Logger.Warn("swept growth mounts an older hpmount left behind", "count", n, "error", fmt.Sprint(err))
 	}
 	m := metrics.New(version, commit)
 	cfg.Observer = m
