@@ -3,7 +3,8 @@
 // default):
 //
 //   - the pods directory and a launcher pod's hotplug-disks emptyDir, with
-//     the target names (<volume>.img, <volume>) hpmount creates in it;
+//     the target names (<volume>.img, <volume> for a block node or a
+//     directory volume) hpmount creates in it;
 //   - where a filesystem volume is published for a pod
 //     (pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount, or
 //     pods/<uid>/volumes/kubernetes.io~<plugin>/<pv> for other plugins);

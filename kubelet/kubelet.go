@@ -72,6 +72,12 @@ func CSIPublishFile(pv, podUID string) string {
 // hotplug-disks: <volume>.img. A block volume's node is the volume's name.
 func TargetName(volume string) string { return volume + ".img" }
 
+// DirTargetName is the name of a directory volume's target in
+// hotplug-disks (a memory-dump or utility volume): the volume's name, a
+// directory onto which the PVC's mount root is bound, as KubeVirt's
+// virt-handler makes it.
+func DirTargetName(volume string) string { return volume }
+
 // ValidName refuses a volume name that cannot be one plain file name in
 // hotplug-disks. The names come from the VMI, which a tenant writes; a
 // refusal wraps isolation.ErrUnsafePath.

@@ -170,3 +170,47 @@ func TestCheckVolumeName(t *testing.T) {
 		}
 	})
 }
+
+func TestDirectoryVolumes(t *testing.T) {
+	pods := kubevirt.PodMap{kt.LauncherUID: kt.Launcher(), kt.AttachUID: kt.AttachmentPod()}
+	tests := []struct {
+		name     string
+		vols     []kt.Vol
+		wantMode kubevirt.VolumeMode
+		reason   string // refusal of the last volume, "" for none
+	}{
+		{"memory dump", []kt.Vol{{Name: "dump", Claim: "c1", AttachUID: kt.AttachUID, MemoryDump: true}}, kubevirt.Directory, ""},
+		{"utility volume", []kt.Vol{{Name: "backup", Claim: "c1", AttachUID: kt.AttachUID, Utility: true}}, kubevirt.Directory, ""},
+		{"status memoryDumpVolume alone decides, as in virt-handler", []kt.Vol{{Name: "dump", Claim: "c1", AttachUID: kt.AttachUID}}, kubevirt.Directory, ""},
+		{"block memory dump is refused", []kt.Vol{{Name: "dump", Claim: "c1", AttachUID: kt.AttachUID, MemoryDump: true, Mode: "Block"}}, kubevirt.Filesystem, kubevirt.RefusedUnknownMode},
+		{"utility volume named like a regular one is refused", []kt.Vol{{Name: "x", Claim: "c0", AttachUID: kt.AttachUID}, {Name: "x", Claim: "c1", AttachUID: kt.AttachUID, Utility: true, NoStatus: true}}, kubevirt.Directory, kubevirt.RefusedUnsafeName},
+		{"unsafe utility volume name", []kt.Vol{{Name: "..", Claim: "c1", AttachUID: kt.AttachUID, Utility: true}}, kubevirt.Filesystem, kubevirt.RefusedUnsafeName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := kt.VMIObject(tt.vols...)
+			if tt.name == "status memoryDumpVolume alone decides, as in virt-handler" {
+				st := u.Object["status"].(map[string]any)["volumeStatus"].([]any)[0].(map[string]any)
+				st["memoryDumpVolume"] = map[string]any{"claimName": "c1"}
+			}
+			vmi := kt.Decode(u)
+			vols := kubevirt.HotplugVolumes(vmi, pods[kt.LauncherUID], pods)
+			if len(vols) != len(tt.vols) {
+				t.Fatalf("%d volumes, want %d", len(vols), len(tt.vols))
+			}
+			last := vols[len(vols)-1]
+			if tt.reason != "" {
+				if last.Refused == nil || last.Refused.Reason != tt.reason {
+					t.Fatalf("volume %+v, want refusal %q", last, tt.reason)
+				}
+				return
+			}
+			if last.Refused != nil || last.Mode != tt.wantMode || last.AttachPod == nil || last.Claim != "c1" {
+				t.Fatalf("volume %+v (refused %v), want attachable %s of c1", last, last.Refused, tt.wantMode)
+			}
+			if !vmi.Spec.HasVolume(last.Name) || len(vmi.Spec.HotplugVolumeNames()) != 1 {
+				t.Fatalf("spec does not name %q: %v", last.Name, vmi.Spec.HotplugVolumeNames())
+			}
+		})
+	}
+}

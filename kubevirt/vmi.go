@@ -43,6 +43,11 @@ type VolumeMode string
 const (
 	Filesystem VolumeMode = "Filesystem"
 	Block      VolumeMode = "Block"
+	// Directory is no PVC volume mode but how a Filesystem-mode PVC of a
+	// memory-dump or utility volume is handed to the launcher: its mount
+	// root is bound onto the directory hotplug-disks/<volume> (see
+	// HotplugVolumes).
+	Directory VolumeMode = "Directory"
 )
 
 // VMI holds the few fields of a KubeVirt VirtualMachineInstance that
@@ -57,6 +62,9 @@ type VMI struct {
 // VMISpec is the part of spec hpmount reads.
 type VMISpec struct {
 	Volumes []Volume `json:"volumes,omitempty"`
+	// UtilityVolumes (KubeVirt >= 1.7) are mounted into the launcher
+	// only, never into the guest.
+	UtilityVolumes []UtilityVolume `json:"utilityVolumes,omitempty"`
 }
 
 // Volume is one entry of spec.volumes.
@@ -64,6 +72,8 @@ type Volume struct {
 	Name                  string                  `json:"name"`
 	PersistentVolumeClaim *PVCVolumeSource        `json:"persistentVolumeClaim,omitempty"`
 	DataVolume            *DataVolumeVolumeSource `json:"dataVolume,omitempty"`
+	// MemoryDump is the PVC virtctl memory-dump hotplugs into the launcher.
+	MemoryDump *PVCVolumeSource `json:"memoryDump,omitempty"`
 }
 
 // PVCVolumeSource is spec.volumes[].persistentVolumeClaim.
@@ -95,6 +105,8 @@ type VolumeStatus struct {
 	Message                   string                     `json:"message,omitempty"`
 	HotplugVolume             *HotplugVolumeStatus       `json:"hotplugVolume,omitempty"`
 	PersistentVolumeClaimInfo *PersistentVolumeClaimInfo `json:"persistentVolumeClaimInfo,omitempty"`
+	// MemoryDumpVolume is set on a memory-dump volume's entry.
+	MemoryDumpVolume *MemoryDumpInfo `json:"memoryDumpVolume,omitempty"`
 }
 
 // HotplugVolumeStatus names the attachment pod of a hotplug volume.
@@ -140,6 +152,8 @@ func (v Volume) Hotpluggable() (claim string, ok bool) {
 		return v.PersistentVolumeClaim.ClaimName, true
 	case v.DataVolume != nil && v.DataVolume.Hotpluggable:
 		return v.DataVolume.Name, true
+	case v.MemoryDump != nil && v.MemoryDump.Hotpluggable:
+		return v.MemoryDump.ClaimName, true
 	}
 	return "", false
 }
@@ -154,10 +168,16 @@ func (s *VMIStatus) VolumeStatusByName(name string) *VolumeStatus {
 	return nil
 }
 
-// HasVolume reports whether spec.volumes names the volume.
+// HasVolume reports whether spec.volumes or spec.utilityVolumes names the
+// volume: while it does, nothing of it is detached.
 func (s *VMISpec) HasVolume(name string) bool {
 	for _, v := range s.Volumes {
 		if v.Name == name {
+			return true
+		}
+	}
+	for _, u := range s.UtilityVolumes {
+		if u.Name == name {
 			return true
 		}
 	}

@@ -13,6 +13,36 @@ const (
 	PendingAttachAbsent = "attachment pod is not in this node's pod cache"
 )
 
+// MemoryDumpInfo is status.volumeStatus[].memoryDumpVolume; only its
+// presence is read.
+type MemoryDumpInfo struct {
+	ClaimName      string `json:"claimName,omitempty"`
+	TargetFileName string `json:"targetFileName,omitempty"`
+}
+
+// UtilityVolume is one entry of spec.utilityVolumes: a PVC hotplugged into
+// the launcher only (type MemoryDump or Backup), never into the guest.
+type UtilityVolume struct {
+	Name      string `json:"name"`
+	ClaimName string `json:"claimName"`
+	Type      string `json:"type,omitempty"`
+}
+
+// HotplugVolumeNames lists the names of every hotplug volume of the spec,
+// utility volumes included: what the node may hold for the VMI.
+func (s *VMISpec) HotplugVolumeNames() []string {
+	var names []string
+	for _, v := range s.Volumes {
+		if _, ok := v.Hotpluggable(); ok {
+			names = append(names, v.Name)
+		}
+	}
+	for _, u := range s.UtilityVolumes {
+		names = append(names, u.Name)
+	}
+	return names
+}
+
 // HotplugVolume is what the ownership rules say about one hotpluggable
 // volume of a VMI for its verified launcher. The agent and diag both judge
 // volumes from it, so that diag refuses exactly what the agent refuses.
@@ -36,28 +66,50 @@ type HotplugVolume struct {
 	Pending string
 }
 
-// HotplugVolumes judges every hotpluggable volume of vmi for launcher, in
-// spec order. Volumes without a status entry or attachment pod yet are
-// pending; they are still in spec.volumes and so are never detached.
+// HotplugVolumes judges every hotpluggable volume of vmi for launcher:
+// spec.volumes in order, then spec.utilityVolumes. Volumes without a status
+// entry or attachment pod yet are pending; they are still in the spec and
+// so are never detached.
+//
+// A memory-dump volume (spec memoryDump, or a status entry carrying
+// memoryDumpVolume, which is what virt-handler goes by) and a utility
+// volume get Mode Directory: their PVC's mount root is bound onto the
+// directory hotplug-disks/<volume>, never a disk.img. Such a volume must be
+// a Filesystem-mode PVC; a Block one is refused (unknown-volume-mode).
 func HotplugVolumes(vmi *VMI, launcher *corev1.Pod, pods PodLookup) []HotplugVolume {
 	var out []HotplugVolume
-	for _, v := range vmi.Spec.Volumes {
-		claim, ok := v.Hotpluggable()
-		if !ok {
-			continue
+	add := func(name, claim string, dir bool, refused *Refusal) {
+		hv := judgeVolume(vmi, name, claim, dir, launcher, pods)
+		if hv.Refused == nil {
+			hv.Refused = refused
 		}
-		hv := judgeVolume(vmi, v.Name, claim, launcher, pods)
 		if hv.Refused != nil {
 			r := *hv.Refused
-			r.Message = fmt.Sprintf("volume %q: %s", v.Name, r.Message)
+			r.Message = fmt.Sprintf("volume %q: %s", name, r.Message)
 			hv.Refused = &r
 		}
 		out = append(out, hv)
 	}
+	regular := map[string]bool{}
+	for _, v := range vmi.Spec.Volumes {
+		regular[v.Name] = true
+		if claim, ok := v.Hotpluggable(); ok {
+			add(v.Name, claim, v.MemoryDump != nil, nil)
+		}
+	}
+	for _, u := range vmi.Spec.UtilityVolumes {
+		var dup *Refusal
+		if regular[u.Name] {
+			// KubeVirt's validation forbids it; two targets for one name
+			// could not both be kept apart from the guest's disk.
+			dup = refusef(RefusedUnsafeName, "utility volume name is also a name in spec.volumes")
+		}
+		add(u.Name, u.ClaimName, true, dup)
+	}
 	return out
 }
 
-func judgeVolume(vmi *VMI, name, claim string, launcher *corev1.Pod, pods PodLookup) HotplugVolume {
+func judgeVolume(vmi *VMI, name, claim string, dir bool, launcher *corev1.Pod, pods PodLookup) HotplugVolume {
 	hv := HotplugVolume{Name: name, Claim: claim, Mode: Filesystem}
 	if hv.Refused = CheckVolumeName(name); hv.Refused != nil {
 		return hv
@@ -73,9 +125,17 @@ func judgeVolume(vmi *VMI, name, claim string, launcher *corev1.Pod, pods PodLoo
 		if info != nil && info.ClaimName != "" && claim == "" {
 			hv.Claim = info.ClaimName
 		}
+		dir = dir || st.MemoryDumpVolume != nil
 	}
 	switch {
-	case hv.Mode != Filesystem && hv.Mode != Block:
+	case dir && hv.Mode != Filesystem:
+		hv.Refused = refusef(RefusedUnknownMode, "a memory-dump or utility volume is bound as a directory and needs a %s-mode PVC, not %q", Filesystem, hv.Mode)
+		return hv
+	case dir:
+		hv.Mode = Directory
+	}
+	switch {
+	case hv.Mode != Filesystem && hv.Mode != Block && hv.Mode != Directory:
 		hv.Refused = refusef(RefusedUnknownMode, "volume mode %q is neither %s nor %s", hv.Mode, Filesystem, Block)
 	case st == nil || st.HotplugVolume == nil || st.HotplugVolume.AttachPodUID == "":
 		hv.Pending = PendingNoAttachPod

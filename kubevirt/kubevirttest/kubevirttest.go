@@ -80,13 +80,20 @@ type Vol struct {
 	Mode        string
 	Capacity    string
 	Phase       string
+	// MemoryDump makes a spec memoryDump volume whose status carries
+	// memoryDumpVolume; Utility puts the volume in spec.utilityVolumes.
+	MemoryDump, Utility bool
 }
 
 // VMIObject is the VMI with vols, as the API serves it.
 func VMIObject(vols ...Vol) *unstructured.Unstructured {
-	var specVols, statuses []any
+	var specVols, utility, statuses []any
 	for _, v := range vols {
-		specVols = append(specVols, specVolume(v))
+		if v.Utility {
+			utility = append(utility, map[string]any{"name": v.Name, "claimName": v.Claim, "type": "Backup"})
+		} else {
+			specVols = append(specVols, specVolume(v))
+		}
 		if !v.NoStatus {
 			statuses = append(statuses, volumeStatus(v))
 		}
@@ -98,7 +105,7 @@ func VMIObject(vols ...Vol) *unstructured.Unstructured {
 			"namespace": Namespace, "name": VMIName, "uid": string(VMIUID), "resourceVersion": "1",
 			"labels": map[string]any{kubevirt.LabelNodeName: Node},
 		},
-		"spec": map[string]any{"volumes": specVols},
+		"spec": map[string]any{"volumes": specVols, "utilityVolumes": utility},
 		"status": map[string]any{
 			"nodeName":     Node,
 			"activePods":   map[string]any{string(LauncherUID): Node},
@@ -110,10 +117,14 @@ func VMIObject(vols ...Vol) *unstructured.Unstructured {
 func specVolume(v Vol) map[string]any {
 	src := map[string]any{"hotpluggable": !v.NotHotplug}
 	sv := map[string]any{"name": v.Name}
-	if v.DataVolume {
+	switch {
+	case v.DataVolume:
 		src["name"] = v.Claim
 		sv["dataVolume"] = src
-	} else {
+	case v.MemoryDump:
+		src["claimName"] = v.Claim
+		sv["memoryDump"] = src
+	default:
 		src["claimName"] = v.Claim
 		sv["persistentVolumeClaim"] = src
 	}
@@ -143,6 +154,9 @@ func volumeStatus(v Vol) map[string]any {
 	}
 	if v.AttachUID != "" {
 		st["hotplugVolume"] = map[string]any{"attachPodName": "hp-volume-xyz12", "attachPodUID": string(v.AttachUID)}
+	}
+	if v.MemoryDump {
+		st["memoryDumpVolume"] = map[string]any{"claimName": v.Claim}
 	}
 	return st
 }
