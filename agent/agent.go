@@ -13,8 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -35,9 +33,9 @@ type Agent struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 
-	podFactory    informers.SharedInformerFactory
-	claimFactory  informers.SharedInformerFactory
-	vmiFactory    dynamicinformer.DynamicSharedInformerFactory
+	// gate holds lists and watches back while the API server is
+	// unreachable (informers.go says why).
+	gate          *apiGate
 	podInformer   cache.SharedIndexInformer
 	vmiInformer   cache.SharedIndexInformer
 	claimInformer cache.SharedIndexInformer
@@ -113,6 +111,7 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 	if a.obs == nil {
 		a.obs = NopObserver{}
 	}
+	a.gate = &apiGate{probe: a.probeAPI, log: a.log}
 	a.broadcaster = record.NewBroadcaster()
 	a.recorder = a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "hpmount", Host: cfg.NodeName})
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -147,13 +146,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer stopServers()
 
-	a.podFactory.Start(ctx.Done())
-	a.vmiFactory.Start(ctx.Done())
-	a.claimFactory.Start(ctx.Done())
-	defer a.claimFactory.Shutdown()
-	defer a.vmiFactory.Shutdown()
-	defer a.podFactory.Shutdown()
-	defer cancel() // runs first: informers stop before Shutdown waits
+	var informers sync.WaitGroup
+	for _, inf := range []cache.SharedIndexInformer{a.podInformer, a.vmiInformer, a.claimInformer} {
+		informers.Go(func() { inf.RunWithContext(ctx) })
+	}
+	defer informers.Wait()
+	defer cancel() // runs first: informers stop before the wait
 
 	a.log.Info("waiting for informer caches", "node", a.cfg.NodeName)
 	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced, a.claimInformer.HasSynced) {

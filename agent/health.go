@@ -11,8 +11,17 @@ import (
 )
 
 // HealthHandler serves /healthz (the process is alive and the liveness
-// check passes) and /readyz (the informer caches synced and the readiness
-// gate passes).
+// check passes) and /readyz (the informer caches synced once and the
+// readiness gate passes).
+//
+// Neither asks the API server. While it is down the agent keeps serving
+// its node from the synced caches (resyncs, block node checks, growth),
+// and it takes no traffic a NotReady could shed: failing liveness would
+// have the kubelet restart every agent of the cluster at once into a
+// start that cannot sync, and failing readiness would only page for
+// every node at the same time about a problem the control plane's own
+// alerts name, while stalling a DaemonSet rollout that cannot proceed
+// anyway. The agent logs the outage and its end (informers.go).
 func (a *Agent) HealthHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

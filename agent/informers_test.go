@@ -2,16 +2,26 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hpmount/hpmount/kubevirt"
 	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -138,5 +148,52 @@ func TestRunAttachesAndLeavesMountsOnShutdown(t *testing.T) {
 		if strings.HasPrefix(c, "detach") {
 			t.Fatalf("detached on shutdown: %v", ta.engine.changing())
 		}
+	}
+}
+
+// TestPatientLWWaitsForTheServer: a watch refused while the API server is
+// down waits for the gate's probe instead of failing into the reflector's
+// backoff, and is made again once the server answers; an error the server
+// answered with, and the end of the context, go to the caller at once.
+func TestPatientLWWaitsForTheServer(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no"))
+	var up atomic.Bool
+	var watches, probes atomic.Int32
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return nil, forbidden
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			watches.Add(1)
+			if !up.Load() {
+				return nil, refused
+			}
+			return watch.NewFake(), nil
+		},
+	}
+	gate := &apiGate{log: slog.New(slog.DiscardHandler), probe: func(context.Context) error {
+		probes.Add(1)
+		up.Store(true)
+		return nil
+	}}
+	p := &patientLW{ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, nil), gate: gate}
+	ctx := t.Context()
+
+	w, err := p.WatchWithContext(ctx, metav1.ListOptions{})
+	if err != nil || w == nil || watches.Load() != 2 || probes.Load() != 1 {
+		t.Fatalf("watch: %v, %d calls, %d probes; want it made again after one probe", err, watches.Load(), probes.Load())
+	}
+	w.Stop()
+	if _, err := p.ListWithContext(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) || probes.Load() != 1 {
+		t.Fatalf("list: %v after %d probes; want the server's answer at once", err, probes.Load())
+	}
+
+	up.Store(false)
+	gate.probe = func(context.Context) error { return refused }
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := p.WatchWithContext(short, metav1.ListOptions{}); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("watch with the server down and the context ended: %v, want the refusal", err)
 	}
 }
