@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,41 +115,11 @@ func PodTerminated(pod *corev1.Pod) bool {
 	return true
 }
 
-// FindLauncher picks the VMI's virt-launcher pod on node. It returns
-// (nil, nil) when no live active pod of the VMI is on node, and a Refusal
-// when an active pod claimed for node fails a check, when every launcher
-// of a VMI labelled for node runs elsewhere, or when two live launchers
-// qualify.
+// FindLauncher is ChooseLauncher for callers that need only the launcher
+// or the refusal: (nil, nil) when no live launcher of the VMI is on node.
 func FindLauncher(vmi *VMI, node string, pods PodLookup) (*corev1.Pod, *Refusal) {
-	var candidates []*corev1.Pod
-	var refusal *Refusal
-	uids := activePodsOn(vmi, node)
-	for _, uid := range uids {
-		pod, ok := pods.PodByUID(uid)
-		if !ok || PodTerminated(pod) {
-			continue
-		}
-		if r := CheckLauncher(vmi, node, pod); r != nil {
-			refusal = r
-			continue
-		}
-		candidates = append(candidates, pod)
-	}
-	switch len(candidates) {
-	case 0:
-		if refusal == nil && len(uids) == 0 && len(vmi.Status.ActivePods) > 0 {
-			// The VMI is labelled for this node but all its launchers run
-			// elsewhere: nothing here may be mounted for it.
-			refusal = refusef(RefusedLauncherNode, "no active virt-launcher pod of the VMI runs on node %q (active pods on %s)",
-				node, strings.Join(activePodNodes(vmi), ", "))
-		}
-		return nil, refusal
-	case 1:
-		return candidates[0], nil
-	}
-	// Two live launchers of one VMI on one node are not something KubeVirt
-	// makes; mounting into either could hand the disk to the wrong process.
-	return nil, refusef(RefusedLauncherAmbiguous, "%d virt-launcher pods of the VMI on node %q", len(candidates), node)
+	c := ChooseLauncher(vmi, node, pods)
+	return c.Launcher, c.Refusal
 }
 
 // activePodsOn lists the UIDs status.activePods places on node, sorted.

@@ -94,6 +94,8 @@ type VMIStatus struct {
 	NodeName     string               `json:"nodeName,omitempty"`
 	ActivePods   map[types.UID]string `json:"activePods,omitempty"`
 	VolumeStatus []VolumeStatus       `json:"volumeStatus,omitempty"`
+	// MigrationState is the VMI's last live migration (migration.go).
+	MigrationState *MigrationState `json:"migrationState,omitempty"`
 }
 
 // VolumeStatus is one entry of status.volumeStatus.
