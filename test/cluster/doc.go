@@ -3,7 +3,8 @@
 // (test/tools/build.sh) and started as child processes on loopback, each with
 // its data and logs in a temporary directory.
 //
-// It owns: starting and stopping those two processes, the credentials they
+// It owns: starting and stopping those two processes (and kube-apiserver
+// alone, for an API outage: StopAPIServer, StartAPIServer), the credentials they
 // trust (a generated CA and serving certificate, a static admin token, a
 // service-account signing key), and small client helpers the scenarios share:
 // server-side apply of multi-document YAML, TokenRequest-based
