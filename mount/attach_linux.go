@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -400,11 +401,28 @@ func bindFile(src *source, dir *os.File, dirID uint64, file string) error {
 	if err := unix.Mount(isolation.FdPath(src.f), isolation.FdPath(tf), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("mount(MS_BIND): %w", err)
 	}
+	return privateAfterBind(dir, file)
+}
+
+// privateAfterBind takes the bind that mount(2) just made on dir/file out
+// of the source's peer group (see moveMountFile). Without open_tree there
+// is no detached mount to change first: copies the bind already propagated
+// to peers of hotplug-disks' mount stay in that group, which is why the
+// open_tree path is preferred.
+func privateAfterBind(dir *os.File, file string) error {
+	f, err := openTarget(dir, file)
+	if err != nil {
+		return fmt.Errorf("open bound target: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Mount("", isolation.FdPath(f), "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("mount(MS_PRIVATE): %w", err)
+	}
 	return nil
 }
 
 // moveMountFile clones the mount of the source file (open_tree, without
-// AT_RECURSIVE) and attaches the clone onto the target fd.
+// AT_RECURSIVE), makes the clone private and attaches it onto the target fd.
 func moveMountFile(src, dst *os.File) error {
 	tree, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
@@ -413,8 +431,31 @@ func moveMountFile(src, dst *os.File) error {
 	// The tree fd pins the new mount: it must be closed before anything
 	// tries to unmount it.
 	defer unix.Close(tree)
+	if err := makePrivate(tree); err != nil {
+		return err
+	}
 	if err := unix.MoveMount(tree, "", int(dst.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// makePrivate takes the detached clone out of the peer group it inherited
+// from the CSI publish mount. Left shared, anything later mounted on
+// <vol>.img (virt-handler racing the agent) propagates onto disk.img inside
+// the publish and staging mounts, and NodeUnpublish/NodeUnstage then fail
+// with "target is busy". Moved under the shared hotplug-disks mount, the
+// clone still gets a peer group of its own, so the launcher's slave view
+// receives it. mount_setattr needs 5.12; older kernels with open_tree
+// accept mount(2) on the detached tree through its fd.
+func makePrivate(tree int) error {
+	attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr)
+	if errors.Is(err, unix.ENOSYS) {
+		err = unix.Mount("", "/proc/self/fd/"+strconv.Itoa(tree), "", unix.MS_PRIVATE, "")
+	}
+	if err != nil {
+		return fmt.Errorf("make the detached bind private: %w", err)
 	}
 	return nil
 }
