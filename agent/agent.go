@@ -35,11 +35,14 @@ type Agent struct {
 
 	// gate holds lists and watches back while the API server is
 	// unreachable (informers.go says why).
-	gate          *apiGate
-	podInformer   cache.SharedIndexInformer
-	vmiInformer   cache.SharedIndexInformer
-	claimInformer cache.SharedIndexInformer
-	queue         workqueue.TypedRateLimitingInterface[string]
+	gate        *apiGate
+	podInformer cache.SharedIndexInformer
+	vmiInformer cache.SharedIndexInformer
+	// vmiTargetInformer holds the VMIs whose live migration targets this
+	// node (migration.go).
+	vmiTargetInformer cache.SharedIndexInformer
+	claimInformer     cache.SharedIndexInformer
+	queue             workqueue.TypedRateLimitingInterface[string]
 	// status writes volumeStatus off the reconcile path.
 	status *statusWriter
 	// snaps shares mount-table reads between reconciles.
@@ -74,6 +77,8 @@ type vmiState struct {
 	// wanted holds, per volume not yet usable, when the VMI change that
 	// made it desired arrived.
 	wanted map[string]time.Time
+	// migration is this node's part in the VMI's last live migration.
+	migration migrationState
 }
 
 func newVMIState() *vmiState {
@@ -121,6 +126,9 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 	if err := a.setupInformers(); err != nil {
 		return nil, err
 	}
+	if err := a.setupTargetInformer(); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -147,14 +155,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopServers()
 
 	var informers sync.WaitGroup
-	for _, inf := range []cache.SharedIndexInformer{a.podInformer, a.vmiInformer, a.claimInformer} {
+	for _, inf := range []cache.SharedIndexInformer{a.podInformer, a.vmiInformer, a.vmiTargetInformer, a.claimInformer} {
 		informers.Go(func() { inf.RunWithContext(ctx) })
 	}
 	defer informers.Wait()
 	defer cancel() // runs first: informers stop before the wait
 
 	a.log.Info("waiting for informer caches", "node", a.cfg.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced, a.claimInformer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced, a.vmiTargetInformer.HasSynced, a.claimInformer.HasSynced) {
 		a.queue.ShutDown()
 		select {
 		case err := <-srvErr:

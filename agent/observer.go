@@ -28,6 +28,11 @@ type Observer interface {
 	AttachLatency(mode string, d time.Duration)
 	// ForgetVMI drops every series of a VMI that is gone from this node.
 	ForgetVMI(namespace, vmi string)
+	// Migration is one step of a live migration seen from this node: one
+	// of the Migration* events. For MigrationTargetReady, d is the time
+	// from the handoff being seen to every hotplug volume being usable in
+	// the target launcher; otherwise 0.
+	Migration(event string, d time.Duration)
 }
 
 // Volume states reported to Observer.VolumeState.
@@ -49,6 +54,25 @@ const (
 	ExpansionShrinkIgnored = "shrink-ignored"
 )
 
+// Migration events reported to Observer.Migration.
+const (
+	// MigrationHandoff: a migration whose target launcher is on this node
+	// was handed off (status.migrationState names it).
+	MigrationHandoff = "handoff"
+	// MigrationTargetReady: every hotplug volume is usable in the target
+	// launcher.
+	MigrationTargetReady = "target-ready"
+	// MigrationTargetCleaned: the target launcher of a failed or aborted
+	// migration holds nothing of the VMI any more.
+	MigrationTargetCleaned = "target-cleaned"
+	// MigrationSourceCleaned: after the VMI left for its target, the
+	// source launcher is gone and holds nothing any more.
+	MigrationSourceCleaned = "source-cleaned"
+)
+
+// MigrationEvents lists every migration event.
+var MigrationEvents = []string{MigrationHandoff, MigrationTargetReady, MigrationTargetCleaned, MigrationSourceCleaned}
+
 // NopObserver ignores everything.
 type NopObserver struct{}
 
@@ -63,3 +87,4 @@ func (NopObserver) Expansion(string)                                   {}
 func (NopObserver) Refusal(string)                                     {}
 func (NopObserver) AttachLatency(string, time.Duration)                {}
 func (NopObserver) ForgetVMI(string, string)                           {}
+func (NopObserver) Migration(string, time.Duration)                    {}

@@ -29,7 +29,7 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 		return errors.New("informer caches not synced")
 	}
 	resync := a.takeResync(key)
-	u, exists, err := a.cachedVMI(key)
+	u, exists, err := a.lookupVMI(key)
 	if err != nil {
 		return err
 	}
@@ -47,17 +47,23 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 	return a.reconcileVMI(ctx, key, vmi, resync, a.takeArrival(key, start))
 }
 
-// reconcileVMI cleans the VMI's launchers that are gone and reconciles the
-// one that runs here.
+// reconcileVMI cleans the VMI's launchers that are gone or abandoned by a
+// failed migration, and reconciles the one that runs here.
 func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI, resync bool, arrived time.Time) error {
 	st := a.stateFor(key, vmi.UID)
 	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
 	log := a.log.With("vmi", key)
-	launcher, refusal := kubevirt.FindLauncher(vmi, a.cfg.NodeName, a)
-	if refusal != nil {
-		a.emit(st, ref, log, refusalEvent("", refusal))
+	choice := kubevirt.ChooseLauncher(vmi, a.cfg.NodeName, a)
+	a.noteMigration(st, log, choice.Migration)
+	launcher := choice.Launcher
+	if choice.Refusal != nil {
+		a.emit(st, ref, log, refusalEvent("", choice.Refusal))
 	}
-	stale := a.staleLaunchers(st, launcher)
+	if choice.Why != "" {
+		a.emit(st, ref, log, event{Type: corev1.EventTypeNormal, Reason: EventLauncherChosen, Message: choice.Why, Once: true})
+	}
+	abandoned := a.abandonedLaunchers(st, vmi, choice)
+	stale := a.staleLaunchers(st, launcher, abandoned)
 	if launcher != nil {
 		st.launchers[launcher.UID] = true
 		delete(st.warned, onceKey("", EventHotplugRefused))
@@ -75,14 +81,17 @@ func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI,
 		return err
 	}
 	errs := a.cleanLaunchers(ctx, snap, st, ref, log, stale)
+	a.reportTargetCleaned(st, ref, log, abandoned)
 	if launcher != nil {
-		errs = append(errs, a.reconcileLauncher(ctx, snap, st, vmi, launcher, resync, arrived))
+		view := kubevirt.ForLauncher(vmi, a.cfg.NodeName, launcher, a)
+		errs = append(errs, a.reconcileLauncher(ctx, snap, st, view, launcher, resync, arrived))
 	}
 	return errors.Join(errs...)
 }
 
 // reconcileLauncher runs one pass for the VMI's verified launcher:
-// desired → observed → plan → apply → summarize → report.
+// desired → observed → plan → apply → summarize → report. vmi is the VMI
+// as the launcher is judged (kubevirt.ForLauncher).
 func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiState, vmi *kubevirt.VMI, launcher *corev1.Pod, resync bool, arrived time.Time) error {
 	a.pruneState(st, vmi)
 	intents := buildIntents(ctx, vmi, launcher, a, a.resolvePV)
@@ -100,28 +109,34 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 		},
 	})
 	done := a.apply(ctx, snap, launcher.UID, plan)
+	target := targetSide(vmi, st.migration.Migration, launcher)
+	writeStatus := a.cfg.ReportVolumeStatus && !target
 	s := summarize(summaryInput{
 		VMI: vmi, Intents: intents, Observed: observed, Applied: done,
-		ReportVolumeStatus: a.cfg.ReportVolumeStatus, LastCapacity: maps.Clone(st.capacity),
+		ReportVolumeStatus: writeStatus, LastCapacity: maps.Clone(st.capacity),
 	})
 	ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
 	log := a.log.With("vmi", vmi.Namespace+"/"+vmi.Name)
 	a.report(st, ref, log, s)
+	if target {
+		a.reportTargetReady(st, ref, log, launcher, s, len(intents))
+	}
 	if s.Requeue {
 		a.queue.AddAfter(vmi.Namespace+"/"+vmi.Name, time.Second)
 	}
-	if a.cfg.ReportVolumeStatus && len(s.Status) > 0 {
+	if writeStatus && len(s.Status) > 0 {
 		a.status.add(vmi.Namespace+"/"+vmi.Name, s.Status)
 	}
 	return errors.Join(s.Errs...)
 }
 
-// staleLaunchers lists the launchers remembered for the VMI, other than
-// the current one, that are gone from this node or have terminated.
-func (a *Agent) staleLaunchers(st *vmiState, current *corev1.Pod) []types.UID {
-	var stale []types.UID
+// staleLaunchers lists the launchers to empty: those remembered for the
+// VMI, other than the current one, that are gone from this node or have
+// terminated, and the abandoned targets of a failed migration.
+func (a *Agent) staleLaunchers(st *vmiState, current *corev1.Pod, abandoned []types.UID) []types.UID {
+	stale := slices.Clone(abandoned)
 	for _, uid := range slices.Sorted(maps.Keys(st.launchers)) {
-		if current != nil && uid == current.UID {
+		if current != nil && uid == current.UID || slices.Contains(stale, uid) {
 			continue
 		}
 		if pod, ok := a.PodByUID(uid); !ok || kubevirt.PodTerminated(pod) {
@@ -169,15 +184,27 @@ func (a *Agent) cleanupGone(ctx context.Context, key string) error {
 	}
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	log := a.log.With("vmi", key)
-	if len(st.launchers) > 0 {
-		snap, err := a.snapshotFor(ctx, slices.Collect(maps.Keys(st.launchers))...)
+	ref := vmiRef(ns, name, st.uid, "")
+	clean, held := a.heldForHandoff(st)
+	if len(clean) > 0 {
+		snap, err := a.snapshotFor(ctx, clean...)
 		if err != nil {
 			return err
 		}
-		ref := vmiRef(ns, name, st.uid, "")
-		if err := errors.Join(a.cleanLaunchers(ctx, snap, st, ref, log, slices.Sorted(maps.Keys(st.launchers)))...); err != nil {
+		if err := errors.Join(a.cleanLaunchers(ctx, snap, st, ref, log, clean)...); err != nil {
 			return err
 		}
+	}
+	if len(held) > 0 {
+		// The pod's end, or the resync, brings the key back.
+		log.Debug("vmi left for its migration target; the source launcher keeps its mounts until it stops", "launchers", len(held))
+		return nil
+	}
+	if m := st.migration; m.Role == kubevirt.RoleSource && !m.Ended() && len(clean) > 0 {
+		a.obs.Migration(MigrationSourceCleaned, 0)
+		a.emit(st, ref, log, event{Type: corev1.EventTypeNormal, Reason: EventMigrationSourceCleaned,
+			Message: fmt.Sprintf("The VMI left node %s for %s (migration %s) and its source virt-launcher pod, now gone, holds nothing of its hotplug volumes",
+				a.cfg.NodeName, m.TargetNode, m.UID)})
 	}
 	log.Info("vmi gone from node, forgetting it")
 	a.forget(key)

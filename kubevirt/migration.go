@@ -216,9 +216,10 @@ func ChooseLauncher(vmi *VMI, node string, pods PodLookup) LauncherChoice {
 	}
 	switch {
 	case len(candidates) == 0:
-		if c.Refusal == nil && len(uids) == 0 && len(vmi.Status.ActivePods) > 0 {
+		if c.Refusal == nil && len(uids) == 0 && len(vmi.Status.ActivePods) > 0 && c.Migration.Role != RoleTarget {
 			// The VMI is labelled for this node but all its launchers run
-			// elsewhere: nothing here may be mounted for it.
+			// elsewhere: nothing here may be mounted for it. A migration
+			// target whose launcher left the active pods is no fault.
 			c.Refusal = refusef(RefusedLauncherNode, "no active virt-launcher pod of the VMI runs on node %q (active pods on %s)",
 				node, strings.Join(activePodNodes(vmi), ", "))
 		}

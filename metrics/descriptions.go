@@ -101,6 +101,15 @@ var (
 		Labels: []string{"queue"},
 		Help:   "Time a key waited in the agent's work queue before a worker took it.",
 	}
+	descMigrations = Description{
+		Name: "hpmount_migration_events_total", Type: TypeCounter,
+		Labels: []string{"event"},
+		Help:   "Steps of live migrations seen from this node, by event (handoff: a migration to this node was handed off; target-ready: every hotplug volume is usable in the target launcher; target-cleaned: the target launcher of a failed or aborted migration holds nothing; source-cleaned: the source launcher of a migrated VMI is gone and holds nothing).",
+	}
+	descMigrationReady = Description{
+		Name: "hpmount_migration_target_ready_seconds", Type: TypeHistogram,
+		Help: "Time from a migration's handoff being seen on its target node to every hotplug volume being usable in the target launcher.",
+	}
 	descRefusals = Description{
 		Name: "hpmount_refusals_total", Type: TypeCounter,
 		Labels: []string{"reason"},
@@ -124,6 +133,8 @@ var descriptions = []Description{
 	descExpansions,
 	descRefusals,
 	descAttachLatency,
+	descMigrations,
+	descMigrationReady,
 	descQueueDepth,
 	descQueueAdds,
 	descQueueRetries,

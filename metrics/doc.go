@@ -35,6 +35,8 @@
 //	hpmount_filesystem_expansions_total{result}                   counter    growth checks by outcome (grown, unchanged, failed, shrink-ignored)
 //	hpmount_refusals_total{reason}                                counter    volumes or launchers refused as unsafe or not belonging to their VMI, by reason
 //	hpmount_attach_latency_seconds{mode}                          histogram  from the VMI change that made a volume desired to the volume usable in the launcher, 50ms..10min buckets
+//	hpmount_migration_events_total{event}                         counter    steps of live migrations seen from this node (handoff, target-ready, target-cleaned, source-cleaned)
+//	hpmount_migration_target_ready_seconds                        histogram  from a migration's handoff seen on the target node to every hotplug volume usable in the target launcher, 50ms..10min buckets
 //	hpmount_workqueue_depth{queue}                                gauge      keys waiting in the work queue (hpmount: VMIs to reconcile; hpmount-status: volumeStatus writes)
 //	hpmount_workqueue_adds_total{queue}                           counter    keys added to the work queue
 //	hpmount_workqueue_retries_total{queue}                        counter    keys put back after a failed pass, with backoff

@@ -3,6 +3,7 @@ package metrics
 import (
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,6 +73,8 @@ type Metrics struct {
 	expansions        *prometheus.CounterVec
 	refusals          *prometheus.CounterVec
 	attachLatency     *prometheus.HistogramVec
+	migrations        *prometheus.CounterVec
+	migrationReady    prometheus.Histogram
 	queueDepth        *prometheus.GaugeVec
 	queueAdds         *prometheus.CounterVec
 	queueRetries      *prometheus.CounterVec
@@ -112,6 +115,9 @@ func New(version, commit string) *Metrics {
 		refusals:          counterVec(descRefusals),
 		attachLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachLatency.Name, Help: descAttachLatency.Help,
 			Buckets: LatencyBuckets}, descAttachLatency.Labels),
+		migrations: counterVec(descMigrations),
+		migrationReady: prometheus.NewHistogram(prometheus.HistogramOpts{Name: descMigrationReady.Name, Help: descMigrationReady.Help,
+			Buckets: LatencyBuckets}),
 		queueDepth:   gaugeVec(descQueueDepth),
 		queueAdds:    counterVec(descQueueAdds),
 		queueRetries: counterVec(descQueueRetries),
@@ -146,6 +152,9 @@ func New(version, commit string) *Metrics {
 	for _, mode := range []string{ModeFilesystem, ModeBlock} {
 		m.attachLatency.WithLabelValues(mode)
 	}
+	for _, e := range agent.MigrationEvents {
+		m.migrations.WithLabelValues(e)
+	}
 	for _, q := range []string{QueueReconcile, QueueStatus} {
 		m.queueDepth.WithLabelValues(q)
 		m.queueAdds.WithLabelValues(q)
@@ -170,6 +179,8 @@ func New(version, commit string) *Metrics {
 		m.expansions,
 		m.refusals,
 		m.attachLatency,
+		m.migrations,
+		m.migrationReady,
 		m.queueDepth,
 		m.queueAdds,
 		m.queueRetries,
@@ -274,6 +285,19 @@ func (m *Metrics) Expansion(result string) {
 // AttachLatency observes how long a volume took from desired to usable.
 func (m *Metrics) AttachLatency(mode string, d time.Duration) {
 	m.attachLatency.WithLabelValues(normalizeMode(mode)).Observe(d.Seconds())
+}
+
+// Migration counts one step of a live migration; the handoff-to-ready
+// time of a target-ready step is observed too. An event outside
+// agent.MigrationEvents is not counted, so the label stays bounded.
+func (m *Metrics) Migration(event string, d time.Duration) {
+	if !slices.Contains(agent.MigrationEvents, event) {
+		return
+	}
+	m.migrations.WithLabelValues(event).Inc()
+	if event == agent.MigrationTargetReady {
+		m.migrationReady.Observe(d.Seconds())
+	}
 }
 
 // Refusal counts one refusal by reason.

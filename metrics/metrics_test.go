@@ -288,6 +288,7 @@ func exerciseAll(m *Metrics) {
 	m.VolumeSizes("ns", "vm", "a", agent.GrowResult{DeviceBytes: 1, FilesystemAfter: 1, DiskImageAfter: 1})
 	m.Expansion(agent.ExpansionUnchanged)
 	m.Refusal("r")
+	m.Migration(agent.MigrationTargetReady, time.Second)
 }
 
 func TestDescriptionsMatchRegistry(t *testing.T) {

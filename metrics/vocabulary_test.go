@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -50,6 +51,8 @@ func TestVocabularyDocumented(t *testing.T) {
 		{"doc.go", lineWith(t, string(doc), "//\thpmount_mount_operations_total"), "", words},
 		{"README.md", lineWith(t, string(readme), "| `hpmount_mount_operations_total`"), "`", words},
 		{"README.md", lineWith(t, string(readme), "| `hpmount_refusals_total`"), "`", kubevirt.RefusalReasons},
+		{"doc.go", lineWith(t, string(doc), "//\thpmount_migration_events_total"), "", agent.MigrationEvents},
+		{"README.md", lineWith(t, string(readme), "| `hpmount_migration_events_total`"), "`", agent.MigrationEvents},
 	} {
 		for _, w := range tc.words {
 			if !strings.Contains(tc.line, tc.quote+w+tc.quote) {
@@ -69,6 +72,9 @@ func TestVocabularyPreregistered(t *testing.T) {
 	}
 	if got, want := testutil.CollectAndCount(m.refusals), len(kubevirt.RefusalReasons); got != want {
 		t.Errorf("%d hpmount_refusals_total series, want %d", got, want)
+	}
+	if got, want := testutil.CollectAndCount(m.migrations), len(agent.MigrationEvents); got != want {
+		t.Errorf("%d hpmount_migration_events_total series, want %d", got, want)
 	}
 }
 

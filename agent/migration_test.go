@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/kubevirt"
+	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
+)
+
+// migrationObserver records the migration events reported.
+type migrationObserver struct {
+	NopObserver
+	mu     sync.Mutex
+	events []string
+}
+
+var _ Observer = (*migrationObserver)(nil)
+
+func (o *migrationObserver) Migration(event string, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, event)
+}
+
+func migratingObject(mut ...func(map[string]any)) *unstructured.Unstructured {
+	return kt.Migrating(vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}, vol{Name: "blk", Claim: "c2", AttachUID: attachUID, Mode: "Block"}), mut...)
+}
+
+// targetAgent is the agent of the migration's target node, with the
+// target launcher and its attachment pod in its cache and the VMI in its
+// migration target cache, as right after the handoff.
+func targetAgent(t *testing.T) (*testAgent, *migrationObserver) {
+	obs := &migrationObserver{}
+	ta := newTestAgent(t, func(c *Config) {
+		c.NodeName, c.Observer, c.ReportVolumeStatus, c.GrowFilesystems = kt.TargetNode, obs, true, false
+	}, pvc("c1", "pv-1"), pvc("c2", "pv-2"))
+	ta.addPods(t, kt.TargetLauncher(), kt.TargetAttachmentPod())
+	ta.setTargetVMI(t, migratingObject())
+	return ta, obs
+}
+
+func (ta *testAgent) setTargetVMI(t testing.TB, u *unstructured.Unstructured) {
+	t.Helper()
+	if err := ta.vmiTargetInformer.GetIndexer().Update(u); err != nil {
+		t.Fatalf("set target vmi: %v", err)
+	}
+}
+
+func (ta *testAgent) mustReconcile(t testing.TB) {
+	t.Helper()
+	if err := ta.reconcile(context.Background(), testKey); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrationTargetMounts: the target node mounts every hotplug volume
+// into the target launcher from the target attachment pod, reports it
+// once, and leaves status.volumeStatus to the source.
+func TestMigrationTargetMounts(t *testing.T) {
+	ta, obs := targetAgent(t)
+	ta.mustReconcile(t)
+	want := []string{"attach blk Block target-attach-uid/pv-2", "attach hp Filesystem target-attach-uid/pv-1"}
+	if got := ta.engine.changing(); !slices.Equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+	if ev := ta.events(); !hasEvent(ev, "Normal MigrationTargetReady All 2 hotplug volumes are mounted in migration target virt-launcher pod virt-launcher-vm1-target") {
+		t.Fatalf("events = %v", ev)
+	}
+	if got := obs.events; !slices.Equal(got, []string{MigrationHandoff, MigrationTargetReady}) {
+		t.Fatalf("migration events = %v", got)
+	}
+	if n := ta.status.queue.Len(); n != 0 {
+		t.Fatalf("the target queued %d volumeStatus writes while the source owns them", n)
+	}
+	ta.engine.reset()
+	ta.mustReconcile(t)
+	if got, ev := mountCalls(ta.engine.changing()), ta.events(); len(got) != 0 || len(ev) != 0 {
+		t.Fatalf("second pass: calls %v, events %v", got, ev)
+	}
+}
+
+// TestMigrationTargetCleanedOnFailure: a failed or aborted migration
+// leaves nothing in its target launcher, even while the pod lingers
+// (kubevirt#17882), whether or not status.activePods still lists it.
+func TestMigrationTargetCleanedOnFailure(t *testing.T) {
+	tests := []struct {
+		name string
+		mut  func(map[string]any)
+		// unlisted drops the target launcher from status.activePods.
+		unlisted bool
+	}{
+		{name: "failed, still an active pod", mut: func(ms map[string]any) { ms["failed"] = true }},
+		{name: "aborted, no longer an active pod", mut: func(ms map[string]any) { ms["abortStatus"] = kubevirt.AbortSucceeded }, unlisted: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta, obs := targetAgent(t)
+			ta.mustReconcile(t)
+			ta.engine.reset()
+			ta.events()
+			u := migratingObject(tt.mut)
+			if tt.unlisted {
+				u.Object["status"].(map[string]any)["activePods"] = map[string]any{string(launcherUID): testNode}
+			}
+			ta.setTargetVMI(t, u)
+			ta.mustReconcile(t)
+			want := []string{"detach target-launcher-uid blk", "detach target-launcher-uid hp"}
+			if got := ta.engine.changing(); !slices.Equal(got, want) {
+				t.Fatalf("calls = %v, want %v", got, want)
+			}
+			if ev := ta.events(); !hasEvent(ev, "Normal MigrationTargetCleaned Migration migration-uid") || hasEvent(ev, "Warning") {
+				t.Fatalf("events = %v", ev)
+			}
+			if !slices.Contains(obs.events, MigrationTargetCleaned) {
+				t.Fatalf("migration events = %v", obs.events)
+			}
+			ta.engine.reset()
+			ta.mustReconcile(t)
+			if got, ev := ta.engine.changing(), ta.events(); len(got) != 0 || len(ev) != 0 {
+				t.Fatalf("after cleaning: calls %v, events %v", got, ev)
+			}
+		})
+	}
+}
+
+// TestMigrationTargetKeepsMountsAfterSuccess: once the labels flip, the
+// target node reads the VMI as its own and changes nothing.
+func TestMigrationTargetKeepsMountsAfterSuccess(t *testing.T) {
+	ta, _ := targetAgent(t)
+	ta.mustReconcile(t)
+	ta.engine.reset()
+	u := migratingObject(func(ms map[string]any) { ms["completed"] = true })
+	u.SetLabels(map[string]string{kubevirt.LabelNodeName: kt.TargetNode, kubevirt.LabelMigrationTargetNode: kt.TargetNode})
+	status := u.Object["status"].(map[string]any)
+	status["nodeName"], status["activePods"] = kt.TargetNode, map[string]any{string(kt.TargetLauncherUID): kt.TargetNode}
+	for _, st := range status["volumeStatus"].([]any) {
+		st.(map[string]any)["hotplugVolume"] = map[string]any{"attachPodName": "hp-volume-target", "attachPodUID": string(kt.TargetAttachUID)}
+	}
+	ta.setVMI(t, u)
+	ta.mustReconcile(t)
+	if got := mountCalls(ta.engine.changing()); len(got) != 0 {
+		t.Fatalf("after success the target remounted: %v", got)
+	}
+}
+
+// TestMigrationSourceCleansOnceLauncherStops: after the VMI left for its
+// target the source keeps its launcher's mounts while the launcher runs,
+// and cleans them once it stopped.
+func TestMigrationSourceCleansOnceLauncherStops(t *testing.T) {
+	obs := &migrationObserver{}
+	ta := newTestAgent(t, func(c *Config) { c.Observer, c.GrowFilesystems = obs, false }, pvc("c1", "pv-1"), pvc("c2", "pv-2"))
+	ta.addPods(t, launcherPod(), attachmentPod())
+	u := migratingObject(func(ms map[string]any) { ms["completed"] = true })
+	ta.setVMI(t, u)
+	ta.mustReconcile(t)
+	ta.engine.reset()
+	if err := ta.vmiInformer.GetIndexer().Delete(u); err != nil {
+		t.Fatal(err)
+	}
+	ta.mustReconcile(t)
+	if got := ta.engine.changing(); len(got) != 0 {
+		t.Fatalf("the source launcher still runs, yet: %v", got)
+	}
+	if _, ok := ta.states[testKey]; !ok {
+		t.Fatal("the VMI was forgotten with its source launcher still mounted")
+	}
+	ta.addPods(t, launcherPod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }))
+	ta.mustReconcile(t)
+	if got, want := ta.engine.changing(), []string{"detach launcher-uid blk", "detach launcher-uid hp"}; !slices.Equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+	if ev := ta.events(); !hasEvent(ev, "Normal MigrationSourceCleaned") || !slices.Contains(obs.events, MigrationSourceCleaned) {
+		t.Fatalf("events = %v, migration events %v", ev, obs.events)
+	}
+	if _, ok := ta.states[testKey]; ok {
+		t.Fatal("the VMI is still remembered after its source was cleaned")
+	}
+}
+
+// TestStaleActivePodChosenOnce: a stale terminating launcher beside the
+// live one is passed over with one LauncherChosen Event, not refused on
+// every pass.
+func TestStaleActivePodChosenOnce(t *testing.T) {
+	const live = types.UID("live-launcher")
+	now := metav1.Now()
+	ta := newTestAgent(t, func(c *Config) { c.GrowFilesystems = false }, pvc("c1", "pv-1"))
+	ta.addPods(t,
+		launcherPod(func(p *corev1.Pod) { p.DeletionTimestamp, p.Status.Phase = &now, corev1.PodRunning }),
+		launcherPod(func(p *corev1.Pod) { p.UID, p.Name, p.Status.Phase = live, "virt-launcher-vm1-live", corev1.PodRunning }),
+		attachmentPod(func(p *corev1.Pod) { p.OwnerReferences[0].UID = live }))
+	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
+	u.Object["status"].(map[string]any)["activePods"] = map[string]any{string(launcherUID): testNode, string(live): testNode}
+	ta.setVMI(t, u)
+	for pass := range 3 {
+		if pass == 1 {
+			ta.engine.reset()
+		}
+		ta.mustReconcile(t)
+		ev := ta.events()
+		if hasEvent(ev, "Warning HotplugRefused") {
+			t.Fatalf("pass %d refused: %v", pass, ev)
+		}
+		if chosen := hasEvent(ev, "Normal LauncherChosen virt-launcher pod virt-launcher-vm1-live (Running) chosen over virt-launcher-vm1-abcde (Running, terminating)"); chosen != (pass == 0) {
+			t.Fatalf("pass %d: events %v", pass, ev)
+		}
+	}
+	if got := ta.engine.calls; slices.ContainsFunc(got, func(c string) bool { return c == "attach hp Filesystem attach-uid/pv-1" }) {
+		t.Fatalf("attached again on a later pass: %v", got)
+	}
+	if _, ok := ta.engine.observed[live]["hp"]; !ok {
+		t.Fatalf("nothing attached to the live launcher: %v", ta.engine.observed)
+	}
+}
+
+// mountCalls keeps the attach and detach calls: a pass after an attach
+// also runs growth checks.
+func mountCalls(calls []string) []string {
+	var out []string
+	for _, c := range calls {
+		if strings.HasPrefix(c, "attach ") || strings.HasPrefix(c, "detach ") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
