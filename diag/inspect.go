@@ -236,12 +236,7 @@ func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir strin
 	var sight propagation.Sight
 	var why error
 	err := in.ns.Do(func() error {
-		root, err := isolation.OpenRoot(in.root.Path)
-		if err != nil {
-			return err
-		}
-		defer root.Close()
-		sight, _, why = in.view.Check(root, targetDir, launcher, kubelet.TargetName(v.Volume))
+		sight, _, why = in.view.Check(in.root.Path, targetDir, launcher, kubelet.TargetName(v.Volume))
 		return nil
 	})
 	switch {

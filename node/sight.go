@@ -59,13 +59,8 @@ func (e *Engine) confirmSeen(launcher types.UID, name string, mountID uint64) er
 	var sight propagation.Sight
 	var why error
 	err := e.ns.Do(func() error {
-		root, err := isolation.OpenRoot(e.root.Path)
-		if err != nil {
-			return err
-		}
-		defer root.Close()
 		var id uint64
-		sight, id, why = e.view.Check(root, hotplugDisks(launcher), string(launcher), kubelet.TargetName(name))
+		sight, id, why = e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), kubelet.TargetName(name))
 		if sight == propagation.Seen {
 			e.sight.put(k, id)
 		}

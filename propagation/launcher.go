@@ -1,10 +1,6 @@
 package propagation
 
-import (
-	"os"
-
-	"github.com/hpmount/hpmount/podcgroup"
-)
+import "github.com/hpmount/hpmount/podcgroup"
 
 // LauncherView locates launchers' processes and where their containers
 // mount hotplug-disks, for asking a launcher what it sees.
@@ -23,10 +19,10 @@ type LauncherView struct {
 // Check tells whether the launcher with pod UID launcher sees, under
 // target in its hotplug-disks, the file the host has there (a filesystem
 // volume's bind of disk.img). hotplugDir is that directory's path beneath
-// root, an open kubelet root in the host mount namespace, where Check must
-// run. It also returns the target's mount id, which names the bind for as
+// kubeletRoot, the kubelet root as the host mount namespace spells it;
+// Check must run in that namespace. It also returns the target's mount id, which names the bind for as
 // long as it stays mounted. NotSeen comes with a *NotSeenError; NoView
 // (no process of the pod mounts hotplug-disks at Dir) with no error.
-func (v LauncherView) Check(root *os.File, hotplugDir, launcher, target string) (Sight, uint64, error) {
-	return v.check(root, hotplugDir, launcher, target)
+func (v LauncherView) Check(kubeletRoot, hotplugDir, launcher, target string) (Sight, uint64, error) {
+	return v.check(kubeletRoot, hotplugDir, launcher, target)
 }

@@ -1,15 +1,13 @@
 package propagation
 
 import (
-	"os"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/podcgroup"
 )
 
-func (v LauncherView) check(root *os.File, hotplugDir, launcher, target string) (Sight, uint64, error) {
+func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Sight, uint64, error) {
 	if v.Dir == "" || v.Pods == nil {
 		return NoView, 0, nil
 	}
@@ -21,6 +19,11 @@ func (v LauncherView) check(root *os.File, hotplugDir, launcher, target string) 
 	if err != nil || len(pids) == 0 {
 		return NoView, 0, nil
 	}
+	root, err := isolation.OpenRoot(kubeletRoot)
+	if err != nil {
+		return NoView, 0, err
+	}
+	defer root.Close()
 	dir, err := isolation.OpenBeneath(root, hotplugDir, isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
 	if err != nil {
 		return NoView, 0, err

@@ -18,6 +18,6 @@ func identOf(f *os.File) (Ident, error) {
 
 func (i Ident) String() string { return fmt.Sprintf("device %d inode %d", i.Dev, i.Ino) }
 
-func (v LauncherView) check(root *os.File, hotplugDir, launcher, target string) (Sight, uint64, error) {
+func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Sight, uint64, error) {
 	return NoView, 0, fmt.Errorf("look into launcher %q: %w", launcher, errors.ErrUnsupported)
 }
