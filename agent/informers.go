@@ -75,39 +75,19 @@ func indexByClaim(obj any) ([]string, error) {
 
 func (a *Agent) setupInformers() error {
 	node := a.cfg.NodeName
+	podsOfNode := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}
+	vmisOfNode := func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{kubevirt.LabelNodeName: node}).String()
+	}
 	pods := a.kube.CoreV1().Pods(metav1.NamespaceAll)
-	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	a.podInformer = a.newInformer("pods", &corev1.Pod{}, a.kube, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = onNode
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = onNode
-			return pods.Watch(ctx, o)
-		},
-	})
 	vmis := a.dyn.Resource(kubevirt.VMIResource).Namespace(metav1.NamespaceAll)
-	ofNode := labels.SelectorFromSet(labels.Set{kubevirt.LabelNodeName: node}).String()
-	a.vmiInformer = a.newInformer("vmis", &unstructured.Unstructured{}, a.dyn, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = ofNode
-			return vmis.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = ofNode
-			return vmis.Watch(ctx, o)
-		},
-	})
 	claims := a.kube.CoreV1().PersistentVolumeClaims(metav1.NamespaceAll)
-	a.claimInformer = a.newInformer("claims", &corev1.PersistentVolumeClaim{}, a.kube, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return claims.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return claims.Watch(ctx, o)
-		},
-	})
+	a.podInformer = a.newInformer("pods", &corev1.Pod{}, a.kube, listWatch(pods.List, pods.Watch, podsOfNode))
+	a.vmiInformer = a.newInformer("vmis", &unstructured.Unstructured{}, a.dyn, listWatch(vmis.List, vmis.Watch, vmisOfNode))
+	a.claimInformer = a.newInformer("claims", &corev1.PersistentVolumeClaim{}, a.kube,
+		listWatch(claims.List, claims.Watch, func(*metav1.ListOptions) {}))
 	if err := a.claimInformer.SetTransform(TrimClaim); err != nil {
 		return fmt.Errorf("set transform on claim informer: %w", err)
 	}
@@ -123,6 +103,12 @@ func (a *Agent) setupInformers() error {
 			return fmt.Errorf("add uid index to %s informer: %w", name, err)
 		}
 	}
+	return a.addEventHandlers()
+}
+
+// addEventHandlers turns changes of VMIs, pods and claims into queued
+// VMI keys.
+func (a *Agent) addEventHandlers() error {
 	if _, err := a.vmiInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.vmiChanged,
 		UpdateFunc: func(_, obj any) { a.vmiChanged(obj) },
@@ -145,6 +131,22 @@ func (a *Agent) setupInformers() error {
 		return fmt.Errorf("add claim event handler: %w", err)
 	}
 	return nil
+}
+
+// listWatch makes the list and watch calls of an informer from a
+// client's, with tweak applied to every request's options.
+func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), tweak func(*metav1.ListOptions)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return watchFn(ctx, o)
+		},
+	}
 }
 
 // newInformer builds the informer of one resource on lw, whose lists and
