@@ -350,8 +350,8 @@ func (a *Agent) enqueueAll() {
 // back; the pods informer relisted after 55 s.
 //
 // patientLW keeps connection failures from the reflector: the failed call
-// waits on apiGate, which probes /readyz about once a second for all three
-// informers together, and is retried as soon as the server answers. The
+// waits on apiGate, which probes /readyz about once a second for every
+// informer together, and is retried as soon as the server answers. The
 // reflector's backoff stays at its first steps, so the 410 costs 0.8-1.6
 // s: the same test relists VMIs 1 s after the server is ready, and mounts
 // a hotplug written then 1.1 s after it was written.
