@@ -35,6 +35,9 @@ type VM struct {
 	Attach   map[string]types.UID // volume name → attachment pod UID
 	// LauncherNode overrides where status.activePods places the launcher.
 	LauncherNode string
+	// Migration is the VM's live migration, nil before any
+	// (migration_linux.go).
+	Migration *Migration
 }
 
 // NewVM creates the namespace, the VMI, its launcher pod and the
@@ -192,8 +195,10 @@ func (v *VM) SetRequest(name string, size int64) {
 
 // Apply writes the VMI's spec and status as virt-controller would.
 func (v *VM) Apply(ctx context.Context) error {
-	_, err := v.Ctrl.ApplyVMI(ctx, simnode.VMISpec{Namespace: v.NS, Name: v.Name, Node: v.Node.Name,
-		Launcher: v.Launcher.UID, LauncherNode: v.LauncherNode, Attachment: v.Attach, Volumes: v.Vols})
+	spec := simnode.VMISpec{Namespace: v.NS, Name: v.Name, Node: v.Node.Name,
+		Launcher: v.Launcher.UID, LauncherNode: v.LauncherNode, Attachment: v.Attach, Volumes: v.Vols}
+	v.Migration.render(&spec)
+	_, err := v.Ctrl.ApplyVMI(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("update vmi %s/%s: %w", v.NS, v.Name, err)
 	}

@@ -117,6 +117,14 @@ type VMISpec struct {
 	LauncherNode string
 	Attachment   map[string]types.UID // volume name -> attachment pod UID
 	Volumes      []Volume
+	// ActivePods, when set, is status.activePods instead of the one
+	// launcher: both launchers during a migration.
+	ActivePods map[types.UID]string
+	// MigrationTargetNode is the kubevirt.io/migrationTargetNodeName
+	// label virt-controller sets at a migration's handoff; empty for none.
+	MigrationTargetNode string
+	// MigrationState is status.migrationState, nil for none.
+	MigrationState map[string]any
 }
 
 // Object renders the VMI as KubeVirt would have it while running.
@@ -145,20 +153,35 @@ func (s VMISpec) Object() *unstructured.Unstructured {
 		}
 		statuses = append(statuses, st)
 	}
+	labels := map[string]any{"kubevirt.io/nodeName": s.Node}
+	if s.MigrationTargetNode != "" {
+		labels["kubevirt.io/migrationTargetNodeName"] = s.MigrationTargetNode
+	}
+	active := map[string]any{string(s.Launcher): cmp.Or(s.LauncherNode, s.Node)}
+	if s.ActivePods != nil {
+		active = map[string]any{}
+		for uid, node := range s.ActivePods {
+			active[string(uid)] = node
+		}
+	}
+	status := map[string]any{
+		"nodeName":     s.Node,
+		"phase":        "Running",
+		"activePods":   active,
+		"volumeStatus": statuses,
+	}
+	if s.MigrationState != nil {
+		status["migrationState"] = s.MigrationState
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1",
 		"kind":       "VirtualMachineInstance",
 		"metadata": map[string]any{
 			"name": s.Name, "namespace": s.Namespace,
-			"labels": map[string]any{"kubevirt.io/nodeName": s.Node},
+			"labels": labels,
 		},
-		"spec": map[string]any{"volumes": volumes, "domain": map[string]any{"devices": map[string]any{}}},
-		"status": map[string]any{
-			"nodeName":     s.Node,
-			"phase":        "Running",
-			"activePods":   map[string]any{string(s.Launcher): cmp.Or(s.LauncherNode, s.Node)},
-			"volumeStatus": statuses,
-		},
+		"spec":   map[string]any{"volumes": volumes, "domain": map[string]any{"devices": map[string]any{}}},
+		"status": status,
 	}}
 }
 
