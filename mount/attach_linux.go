@@ -154,6 +154,9 @@ func (a *Attacher) openSource(t *Table, root *os.File, sourceDir string) (*sourc
 	}
 	defer vol.Close()
 	f, err := isolation.OpenBeneath(vol, diskImage, isolation.How{Flags: unix.O_PATH, SameMount: true})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("disk image: %w: %w", ErrNoDiskImage, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("disk image: %w", err)
 	}

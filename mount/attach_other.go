@@ -28,3 +28,19 @@ func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
 func (a *Attacher) checkSource(sourceDir string) (int64, error) {
 	return 0, fmt.Errorf("check %q: %w", sourceDir, errors.ErrUnsupported)
 }
+
+func (a *Attacher) attachDir(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+	return "", fmt.Errorf("attach directory %q to %q: %w", sourceDir, targetDir, errors.ErrUnsupported)
+}
+
+func (a *Attacher) detachDir(t *Table, targetDir, name string) (outcome.Result, error) {
+	return "", fmt.Errorf("detach directory %q from %q: %w", name, targetDir, errors.ErrUnsupported)
+}
+
+func (a *Attacher) observeDirs(t *Table, targetDir string) ([]Observed, error) {
+	return nil, fmt.Errorf("observe directories in %q: %w", targetDir, errors.ErrUnsupported)
+}
+
+func (a *Attacher) createDiskImage(sourceDir string, capacity int64, overhead float64) (int64, bool, error) {
+	return 0, false, fmt.Errorf("create disk image in %q: %w", sourceDir, errors.ErrUnsupported)
+}

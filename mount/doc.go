@@ -3,6 +3,13 @@
 // hotplug-disks directory and unmounting it, and the mount table those
 // decisions are made from.
 //
+// Directory volumes (memory-dump and utility volumes) are bound the same
+// careful way, but as a directory: the PVC's mount root onto <volume> in
+// hotplug-disks (AttachDir, DetachDir, ObserveDirs), never recursively, and
+// the bind made private so that nothing mounted inside the PVC follows it.
+// CreateDiskImage makes a missing disk.img, exclusively, sparse and of
+// KubeVirt's size, when the agent is told to (ErrNoDiskImage otherwise).
+//
 // The kernel's mountinfo is the only record of what is mounted. One scan
 // (Table) serves a whole batch of volumes: it answers whether a target is
 // mounted, from which device and root, whether mounts are stacked on it, and

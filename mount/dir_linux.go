@@ -1,0 +1,378 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/outcome"
+)
+
+// dirSource is a validated volume directory, held open as O_PATH.
+type dirSource struct {
+	f  *os.File
+	st unix.Stat_t
+}
+
+func (a *Attacher) attachDir(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+	if err := kubelet.ValidName(name); err != nil {
+		return "", fmt.Errorf("attach directory to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
+	}
+	var res outcome.Result
+	err := a.do(func() error {
+		var err error
+		res, err = a.attachDirHere(t, sourceDir, targetDir, name)
+		return err
+	})
+	return res, err
+}
+
+func (a *Attacher) attachDirHere(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	src, err := openDirSource(root, sourceDir)
+	if err != nil {
+		return "", err
+	}
+	defer src.f.Close()
+	dir, dirID, err := openTargetDir(root, targetDir)
+	if err != nil {
+		return "", err
+	}
+	defer dir.Close()
+	file := kubelet.DirTargetName(name)
+	tg, err := inspectDirTarget(t, dir, dirID, file)
+	if err != nil {
+		return "", err
+	}
+	result := outcome.Mounted
+	switch {
+	case !tg.exists:
+		if err := unix.Mkdirat(int(dir.Fd()), file, 0o750); err != nil {
+			return "", fmt.Errorf("create target directory %q: %w", filepath.Join(dir.Name(), file), err)
+		}
+	case tg.mounted && !tg.dead && tg.depth <= 1 && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino:
+		return outcome.Unchanged, a.chownDir(dir, file, tg.st)
+	case tg.mounted:
+		if _, err := peel(t, dir, dirID, file); err != nil {
+			return "", err
+		}
+		result = outcome.Replaced
+	}
+	if err := bindDir(src, dir, dirID, file); err != nil {
+		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
+	}
+	return result, a.chownMountedDir(src, dir, dirID, file)
+}
+
+// openDirSource opens the published volume directory beneath the kubelet
+// root, refusing symlinks on the way.
+func openDirSource(root *os.File, sourceDir string) (*dirSource, error) {
+	f, err := isolation.OpenBeneath(root, sourceDir, isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
+	if err != nil {
+		return nil, fmt.Errorf("volume directory: %w", err)
+	}
+	src := &dirSource{f: f}
+	if err := unix.Fstat(int(f.Fd()), &src.st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat volume directory %q: %w", f.Name(), err)
+	}
+	return src, nil
+}
+
+// inspectDirTarget says what is at dir/file for a directory volume. A
+// target that is not a directory, or an unmounted one that is not an empty
+// root-owned directory, is refused.
+func inspectDirTarget(t *Table, dir *os.File, dirID uint64, file string) (target, error) {
+	var tg target
+	where := filepath.Join(dir.Name(), file)
+	f, err := openTarget(dir, file)
+	if errors.Is(err, unix.ENOENT) {
+		return tg, nil
+	}
+	if err != nil {
+		return tg, fmt.Errorf("open target %q: %w", where, err)
+	}
+	defer f.Close()
+	tg.exists = true
+	if err := unix.Fstat(int(f.Fd()), &tg.st); err != nil {
+		if !deadSource(err) {
+			return tg, fmt.Errorf("stat target %q: %w", where, err)
+		}
+		stack := t.At(where)
+		tg.mounted, tg.dead, tg.depth = true, true, len(stack)
+		if len(stack) > 0 {
+			tg.top = stack[len(stack)-1]
+		}
+		return tg, nil
+	}
+	if kind := isolation.FileKind(tg.st.Mode); kind != "directory" {
+		return tg, fmt.Errorf("target %q: %w: is a %s, not a directory", where, isolation.ErrUnsafePath, kind)
+	}
+	if tg.id, err = isolation.MountID(f); err != nil {
+		return tg, err
+	}
+	if tg.id != dirID {
+		tg.mounted = true
+		tg.top, tg.depth = stackOn(t, tg.id, dirID)
+		return tg, nil
+	}
+	if err := emptyRootOwned(dir, file, tg.st); err != nil {
+		return tg, fmt.Errorf("target %q: %w", where, err)
+	}
+	return tg, nil
+}
+
+// emptyRootOwned refuses an unmounted target directory the agent cannot
+// have left: one with content, or not owned by root. The launcher can
+// write into hotplug-disks; what it made there is not mounted over.
+func emptyRootOwned(dir *os.File, file string, st unix.Stat_t) error {
+	if st.Uid != 0 {
+		return fmt.Errorf("%w: an unmounted directory owned by uid %d, not made by the agent", isolation.ErrUnsafePath, st.Uid)
+	}
+	empty, err := dirEmpty(dir, file)
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("%w: an unmounted directory with content, not made by the agent", isolation.ErrUnsafePath)
+	}
+	return nil
+}
+
+// dirEmpty reads at most one entry of dir/file, never following a link.
+func dirEmpty(dir *os.File, file string) (bool, error) {
+	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("open %q: %w", filepath.Join(dir.Name(), file), err)
+	}
+	d := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), file))
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0, err
+}
+
+// bindDir mounts the source directory onto dir/file, which must then have
+// nothing mounted on it. open_tree without AT_RECURSIVE (mount(2) without
+// MS_REC) clones only the volume's own mount: submounts stay behind.
+func bindDir(src *dirSource, dir *os.File, dirID uint64, file string) error {
+	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open target: %w", err)
+	}
+	tf := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), file))
+	defer tf.Close()
+	if id, err := isolation.MountID(tf); err != nil || id != dirID {
+		return fmt.Errorf("target changed while being mounted (mount %d, want %d): %v", id, dirID, err)
+	}
+	if !openTreeMissing.Load() {
+		err := moveMountPrivate(src.f, tf)
+		if !errors.Is(err, unix.ENOSYS) {
+			return err
+		}
+		openTreeMissing.Store(true)
+	}
+	if err := unix.Mount(isolation.FdPath(src.f), isolation.FdPath(tf), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount(MS_BIND): %w", err)
+	}
+	return nil
+}
+
+// moveMountPrivate clones the volume's mount (open_tree without
+// AT_RECURSIVE), makes the clone private while it is still detached, and
+// attaches it onto the target. A clone of the kubelet's shared volume mount
+// would join its peer group, so that whatever is mounted inside the PVC
+// later would still reach the launcher; private, it and the launcher's
+// copy receive nothing more. Without mount_setattr (before 5.12) the clone
+// stays in the peer group: only mounts that exist at attach are held back.
+func moveMountPrivate(src, dst *os.File) error {
+	tree, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	// The tree fd pins the new mount: it must be closed before anything
+	// tries to unmount it.
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil && !errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("mount_setattr(MS_PRIVATE): %w", err)
+	}
+	if err := unix.MoveMount(tree, "", int(dst.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// chownMountedDir checks that dir/file now shows the source directory and
+// gives it to the QEMU user.
+func (a *Attacher) chownMountedDir(src *dirSource, dir *os.File, dirID uint64, file string) error {
+	where := filepath.Join(dir.Name(), file)
+	f, err := openTarget(dir, file)
+	if err != nil {
+		return fmt.Errorf("open mounted target %q: %w", where, err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("stat mounted target %q: %w", where, err)
+	}
+	id, err := isolation.MountID(f)
+	if err != nil {
+		return err
+	}
+	if id == dirID || st.Dev != src.st.Dev || st.Ino != src.st.Ino {
+		return fmt.Errorf("target %q does not show %q after mounting", where, src.f.Name())
+	}
+	return a.chown(f, st)
+}
+
+// chownDir gives an already correct mount to the QEMU user if it is not
+// theirs yet (a crash between mount and chown).
+func (a *Attacher) chownDir(dir *os.File, file string, st unix.Stat_t) error {
+	uid, gid := a.qemuIDs()
+	if int(st.Uid) == uid && int(st.Gid) == gid {
+		return nil
+	}
+	f, err := openTarget(dir, file)
+	if err != nil {
+		return fmt.Errorf("open mounted target %q: %w", filepath.Join(dir.Name(), file), err)
+	}
+	defer f.Close()
+	return a.chown(f, st)
+}
+
+func (a *Attacher) detachDir(t *Table, targetDir, name string) (outcome.Result, error) {
+	if err := kubelet.ValidName(name); err != nil {
+		return "", fmt.Errorf("detach directory from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
+	}
+	var res outcome.Result
+	err := a.do(func() error {
+		var err error
+		res, err = a.detachDirHere(t, targetDir, name)
+		return err
+	})
+	return res, err
+}
+
+func (a *Attacher) detachDirHere(t *Table, targetDir, name string) (outcome.Result, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	dir, dirID, err := openTargetDir(root, targetDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return outcome.Unchanged, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer dir.Close()
+	file := kubelet.DirTargetName(name)
+	where := filepath.Join(dir.Name(), file)
+	tg, err := inspectDirTarget(t, dir, dirID, file)
+	if err != nil && !(tg.exists && !tg.mounted && errors.Is(err, isolation.ErrUnsafePath) && tg.st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		return "", err
+	}
+	if !tg.exists {
+		return outcome.Unchanged, nil
+	}
+	n, err := peel(t, dir, dirID, file)
+	if err != nil {
+		return "", err
+	}
+	err = unix.Unlinkat(int(dir.Fd()), file, unix.AT_REMOVEDIR)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return outcome.Removed, nil
+	case errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST):
+		// Not the agent's content: only the mount was.
+		if n > 0 {
+			return outcome.Removed, nil
+		}
+		return outcome.Unchanged, nil
+	}
+	return "", fmt.Errorf("remove target directory %q: %w", where, err)
+}
+
+func (a *Attacher) observeDirs(t *Table, targetDir string) ([]Observed, error) {
+	var out []Observed
+	err := a.do(func() error {
+		var err error
+		out, err = a.observeDirsHere(t, targetDir)
+		return err
+	})
+	return out, err
+}
+
+func (a *Attacher) observeDirsHere(t *Table, targetDir string) ([]Observed, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir, dirID, err := openTargetDir(root, targetDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	entries, _, err := kubelet.ReadTargets(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Observed
+	for _, e := range entries {
+		if !e.IsDir() || kubelet.ValidName(e.Name()) != nil {
+			continue
+		}
+		tg, err := inspectDirTarget(t, dir, dirID, e.Name())
+		if err != nil {
+			if ignoreUnsafe(err) != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+			continue // gone, or the launcher's own directory
+		}
+		if tg.exists {
+			out = append(out, a.describeDir(tg, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// describeDir turns what inspectDirTarget found into an Observed.
+func (a *Attacher) describeDir(tg target, name string) Observed {
+	o := Observed{Name: name, Mounted: tg.mounted}
+	if !tg.mounted {
+		return o
+	}
+	o.Depth, o.Stacked, o.SourceGone = max(tg.depth, 1), tg.depth > 1, tg.dead
+	o.MountID = int(tg.id)
+	major, minor := unix.Major(tg.st.Dev), unix.Minor(tg.st.Dev)
+	if tg.top != nil {
+		o.MountID, o.Root = tg.top.ID, tg.top.Root
+		o.SourceGone = o.SourceGone || tg.top.Deleted()
+		major, minor = tg.top.Major, tg.top.Minor
+	}
+	o.Dev = fmt.Sprintf("%d:%d", major, minor)
+	if major != 0 && !o.SourceGone {
+		_, err := os.Lstat(filepath.Join(a.sysRoot(), "dev", "block", o.Dev))
+		o.SourceGone = errors.Is(err, fs.ErrNotExist)
+	}
+	return o
+}
