@@ -22,7 +22,9 @@ type Source struct {
 
 // DesiredVolume is one hotplug volume that the VMI wants in its launcher.
 type DesiredVolume struct {
-	Name        string // the VMI's volume name; the target is <Name>.img or <Name>
+	Name string // the VMI's volume name; the target is <Name>.img or <Name>
+	// Mode is Filesystem (a bind of disk.img), Block (a node) or
+	// Directory (a bind of the PVC's root: memory-dump, utility volumes).
 	Mode        kubevirt.VolumeMode
 	LauncherUID types.UID
 	Source      Source
@@ -37,7 +39,8 @@ type DesiredVolume struct {
 type ObservedVolume struct {
 	Name string
 	Mode kubevirt.VolumeMode
-	// Filesystem mode: the top mount on <Name>.img, if any.
+	// Filesystem and Directory mode: the top mount on <Name>.img or
+	// <Name>, if any.
 	Mounted    bool
 	Stacked    int    // mounts on the target; >1 is a fault the engine repairs
 	SourceDev  string // "MAJ:MIN" of the mounted filesystem
@@ -58,7 +61,7 @@ func (o *ObservedVolume) Healthy(mode kubevirt.VolumeMode) bool {
 	if o == nil || o.Mode != mode {
 		return false
 	}
-	if mode == kubevirt.Filesystem {
+	if mode == kubevirt.Filesystem || mode == kubevirt.Directory {
 		return o.Mounted && o.Stacked <= 1 && !o.SourceGone
 	}
 	return true

@@ -157,8 +157,11 @@ func (f *fakeEngine) reset() {
 }
 
 func healthyObserved(name string, mode kubevirt.VolumeMode) ObservedVolume {
-	if mode == kubevirt.Block {
+	switch mode {
+	case kubevirt.Block:
 		return ObservedVolume{Name: name, Mode: kubevirt.Block, DeviceMajor: 7, DeviceMinor: 3}
+	case kubevirt.Directory:
+		return ObservedVolume{Name: name, Mode: kubevirt.Directory, Mounted: true, Stacked: 1, SourceDev: "7:3", SourceRoot: "/"}
 	}
 	return ObservedVolume{Name: name, Mode: kubevirt.Filesystem, Mounted: true, Stacked: 1, SourceDev: "7:3", SourceRoot: "/disk.img"}
 }

@@ -77,7 +77,8 @@ func planVolume(in planInput, it *volumeIntent, o *ObservedVolume) (attach, grow
 	}
 	// A volume attached in this pass is not in this pass's mount table
 	// snapshot; its growth check runs in the pass that follows the attach.
-	if !ok || it.Desired.Mode == kubevirt.Filesystem && !in.GrowFilesystems {
+	// A directory volume has no disk.img to size and is never grown.
+	if !ok || it.Desired.Mode == kubevirt.Directory || it.Desired.Mode == kubevirt.Filesystem && !in.GrowFilesystems {
 		return attach, nil
 	}
 	if in.Resync || in.CapacityChanged == nil || in.CapacityChanged(name, it.Desired.CapacityBytes) {
