@@ -28,7 +28,7 @@ var (
 	descVolumes = Description{
 		Name: "hpmount_volumes", Type: TypeGauge,
 		Labels: []string{"mode", "state"},
-		Help:   "Hotplug volumes of the VMIs on this node by volume mode (Filesystem, Block, unknown) and the state the last reconcile left them in (mounted, pending, refused, failed, unmounted); a VMI's volumes stop counting when it leaves the node.",
+		Help:   "Hotplug volumes of the VMIs on this node by volume mode (Filesystem, Block, Directory, unknown) and the state the last reconcile left them in (mounted, pending, refused, failed, unmounted); a VMI's volumes stop counting when it leaves the node.",
 	}
 	descOps = Description{
 		Name: "hpmount_mount_operations_total", Type: TypeCounter,

@@ -11,8 +11,9 @@
 // It also refuses unbounded label values from tenants: per-volume series are
 // labelled only with namespace, VMI and volume names (which the apiserver
 // bounds and the agent validates), the volume mode label is folded to
-// Filesystem, Block or unknown, and operation latency is a histogram per
-// operation, not per volume.
+// Filesystem, Block, Directory (memory-dump and utility volumes) or
+// unknown, and operation latency is a histogram per operation, not per
+// volume.
 //
 // # Metrics (README section)
 //
@@ -22,7 +23,7 @@
 // hpmount_, base units (seconds, bytes), _total on counters.
 //
 //	hpmount_build_info{version,commit,goversion}                  gauge      always 1; the labels identify the running build
-//	hpmount_volumes{mode,state}                                   gauge      hotplug volumes on this node by volume mode (Filesystem, Block, unknown) and state (mounted, pending, refused, failed, unmounted, not-propagated)
+//	hpmount_volumes{mode,state}                                   gauge      hotplug volumes on this node by volume mode (Filesystem, Block, Directory, unknown) and state (mounted, pending, refused, failed, unmounted, not-propagated)
 //	hpmount_mount_operations_total{op,result}                     counter    engine calls (op detach, attach, verify, grow) by result (unchanged, mounted, created, replaced, removed, grown, not-published, refused, abandoned, error)
 //	hpmount_mount_operation_duration_seconds{op}                  histogram  wall time of those engine calls, 10us..10s buckets
 //	hpmount_reconcile_duration_seconds                            histogram  wall time of one complete reconcile of one VMI

@@ -46,11 +46,12 @@ const (
 const (
 	ModeFilesystem = string(kubevirt.Filesystem)
 	ModeBlock      = string(kubevirt.Block)
+	ModeDirectory  = string(kubevirt.Directory)
 	ModeUnknown    = "unknown"
 )
 
 var (
-	knownModes  = []string{ModeFilesystem, ModeBlock, ModeUnknown}
+	knownModes  = []string{ModeFilesystem, ModeBlock, ModeDirectory, ModeUnknown}
 	knownStates = []string{agent.StateMounted, agent.StatePending, agent.StateRefused, agent.StateFailed, agent.StateUnmounted, agent.StateNotPropagated}
 	expansions  = []string{agent.ExpansionGrown, agent.ExpansionUnchanged, agent.ExpansionFailed, agent.ExpansionShrinkIgnored}
 )
@@ -149,7 +150,7 @@ func New(version, commit string) *Metrics {
 	for _, r := range kubevirt.RefusalReasons {
 		m.refusals.WithLabelValues(r)
 	}
-	for _, mode := range []string{ModeFilesystem, ModeBlock} {
+	for _, mode := range []string{ModeFilesystem, ModeBlock, ModeDirectory} {
 		m.attachLatency.WithLabelValues(mode)
 	}
 	for _, e := range agent.MigrationEvents {
@@ -323,7 +324,7 @@ func (m *Metrics) ForgetVMI(namespace, vmi string) {
 
 func normalizeMode(mode string) string {
 	switch mode {
-	case ModeFilesystem, ModeBlock:
+	case ModeFilesystem, ModeBlock, ModeDirectory:
 		return mode
 	default:
 		return ModeUnknown

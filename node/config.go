@@ -35,6 +35,10 @@ type Config struct {
 	// UID and GID own what is made in the launcher (QEMU's, 107).
 	UID, GID int
 	Grow     GrowPolicy
+	// CreateDiskImages lets Attach create the disk.img a filesystem-mode
+	// PVC lacks (sparse, owned by UID:GID, KubeVirt's size); off, such an
+	// attach fails naming the flag that enables it.
+	CreateDiskImages bool
 	// CallTimeout bounds each call in the host namespace (0: none); a call
 	// past it is abandoned on its own thread and the next calls go on.
 	CallTimeout time.Duration

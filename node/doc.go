@@ -5,7 +5,9 @@
 //   - One batch snapshot: the host's mountinfo read once and shared by
 //     every call of a reconcile.
 //   - Filesystem volumes through mount (bind of disk.img, observe, detach,
-//     growth); block volumes through blockdev (node, device-cgroup rule,
+//     growth, and creating a missing disk.img when Config.CreateDiskImages
+//     allows); directory volumes (memory-dump, utility) through mount's
+//     directory binds; block volumes through blockdev (node, device-cgroup rule,
 //     device size); every kubelet path through kubelet, with the kubelet
 //     root resolved once, in the host namespace, at New.
 //   - The agent's readiness gate (CheckPropagation) on that same root.

@@ -35,6 +35,8 @@ type Engine struct {
 	rules    blockdev.DeviceRules
 	grow     GrowPolicy
 	memo     growMemo
+	// createImages lets Attach create a missing disk.img.
+	createImages bool
 	// view asks launchers what they see; sight remembers what they were
 	// seen to receive.
 	view  propagation.LauncherView
@@ -76,8 +78,9 @@ func New(c Config) (*Engine, error) {
 	growNS.SetTimeout(c.GrowTimeout)
 	return &Engine{
 		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
-		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
-		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
+		createImages: c.CreateDiskImages,
+		view:         propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
+		attacher:     &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
 		nodes: &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
@@ -187,7 +190,7 @@ func refusal(err error) error {
 	return err
 }
 
-// Observe lists the launcher's file binds and block nodes.
+// Observe lists the launcher's file binds, directory binds and block nodes.
 func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
 	t, err := table(s)
 	if err != nil {
@@ -211,6 +214,11 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 		}
 		out = append(out, o)
 	}
+	dirs, err := e.observeDirs(t, launcher)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, dirs...)
 	nodes, err := e.nodes.Observe(dir)
 	if err != nil {
 		return nil, err
@@ -221,8 +229,9 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 	return out, nil
 }
 
-// Attach bind-mounts a filesystem volume's disk.img, or makes and allows a
-// block volume's node.
+// Attach bind-mounts a filesystem volume's disk.img (creating it first if
+// it is missing and Config.CreateDiskImages allows), binds a directory
+// volume's PVC root, or makes and allows a block volume's node.
 func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
 	t, err := table(s)
 	if err != nil {
@@ -240,11 +249,10 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
 	}
-	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
-	if err != nil || !r.Changed() {
-		return r, refusal(err)
+	if v.Mode == kubevirt.Directory {
+		return e.attachDir(t, v, src)
 	}
-	return r, e.confirmSeen(v.LauncherUID, v.Name, 0)
+	return e.attachFile(t, v, src)
 }
 
 func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
@@ -313,8 +321,8 @@ func (e *Engine) keepBlock(v agent.DesiredVolume, notPublished error) (outcome.R
 	return outcome.Created, nil
 }
 
-// Detach unmounts and removes a filesystem volume's target, or removes a
-// block node and its cgroup rule.
+// Detach unmounts and removes a filesystem or directory volume's target,
+// or removes a block node and its cgroup rule.
 func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
 	t, err := table(s)
 	if err != nil {
@@ -324,6 +332,10 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 	if o.Mode != kubevirt.Block {
 		e.memo.forget(growKey{launcher, o.Name})
 		e.sight.forget(growKey{launcher, o.Name})
+		if o.Mode == kubevirt.Directory {
+			r, err := e.attacher.DetachDir(t, dir, o.Name)
+			return r, stuck(err)
+		}
 		r, err := e.attacher.Detach(t, dir, o.Name)
 		return r, stuck(err)
 	}

@@ -52,6 +52,12 @@ func (m *sightMemo) forget(k growKey) {
 // looked at, which the attach or observe reports itself. Only a call stuck
 // past its deadline is an error of its own.
 func (e *Engine) confirmSeen(launcher types.UID, name string, mountID uint64) error {
+	return e.confirmSeenAt(launcher, name, kubelet.TargetName(name), mountID)
+}
+
+// confirmSeenAt is confirmSeen of the target file (or directory) target of
+// volume name.
+func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, mountID uint64) error {
 	k := growKey{launcher, name}
 	if e.sight.has(k, mountID) {
 		return nil
@@ -60,7 +66,7 @@ func (e *Engine) confirmSeen(launcher types.UID, name string, mountID uint64) er
 	var why error
 	err := e.ns.Do(func() error {
 		var id uint64
-		sight, id, why = e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), kubelet.TargetName(name))
+		sight, id, why = e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
 		if sight == propagation.Seen {
 			e.sight.put(k, id)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,7 @@ func newAgentCommand() *cobra.Command {
 	f.IntVar(&nc.GID, "qemu-gid", nc.GID, "owner gid of what is made in the launcher")
 	f.BoolVar(&cfg.ReportVolumeStatus, "report-volume-status", cfg.ReportVolumeStatus, "patch the VMI's status.volumeStatus (MountedToPod/UnMountedFromPod)")
 	f.BoolVar(&cfg.GrowFilesystems, "grow-filesystems", cfg.GrowFilesystems, "grow mounted filesystem-mode volumes online")
+	f.BoolVar(&nc.CreateDiskImages, strings.TrimPrefix(node.CreateDiskImagesFlag, "--"), nc.CreateDiskImages, "create a filesystem-mode PVC's missing disk.img (never imported, kubevirt#14491): exclusively, sparse, 107:107, (1 - filesystemOverhead) x min(capacity, free), MiB-aligned; never touches an existing file")
 	f.BoolVar(&nc.Grow.DiskImages, "expand-disk-images", nc.Grow.DiskImages, "also grow disk.img to KubeVirt's usable size for the claim: (1 - filesystemOverhead) x min(capacity, free + allocated), MiB-aligned; never shrinks")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "how often every VMI is reconciled without an API change")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "reconcile workers")

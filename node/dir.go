@@ -1,0 +1,75 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/outcome"
+)
+
+// CreateDiskImagesFlag is the agent's flag that lets the engine create a
+// missing disk.img; a refused attach names it.
+const CreateDiskImagesFlag = "--create-disk-images"
+
+// observeDirs lists the launcher's directory volumes (memory-dump and
+// utility volumes) and asks the launcher whether it sees each healthy one.
+func (e *Engine) observeDirs(t *mount.Table, launcher types.UID) ([]agent.ObservedVolume, error) {
+	dirs, err := e.attacher.ObserveDirs(t, hotplugDisks(launcher))
+	if err != nil {
+		return nil, err
+	}
+	var out []agent.ObservedVolume
+	for _, d := range dirs {
+		o := agent.ObservedVolume{Name: d.Name, Mode: kubevirt.Directory, Mounted: d.Mounted, Stacked: d.Depth,
+			SourceDev: d.Dev, SourceRoot: d.Root, SourceGone: d.SourceGone}
+		if o.Healthy(kubevirt.Directory) {
+			err := e.confirmSeenAt(launcher, d.Name, kubelet.DirTargetName(d.Name), uint64(d.MountID))
+			if errors.Is(err, agent.ErrStuck) {
+				return nil, err
+			}
+			o.NotPropagated = err != nil
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// attachDir binds the published PVC's root onto hotplug-disks/<volume>.
+func (e *Engine) attachDir(t *mount.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+	r, err := e.attacher.AttachDir(t, src, hotplugDisks(v.LauncherUID), v.Name)
+	if err != nil || !r.Changed() {
+		return r, refusal(err)
+	}
+	return r, e.confirmSeenAt(v.LauncherUID, v.Name, kubelet.DirTargetName(v.Name), 0)
+}
+
+// attachFile binds disk.img, first creating it if it is missing and the
+// engine may (Config.CreateDiskImages). A created image makes the result
+// Created.
+func (e *Engine) attachFile(t *mount.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
+	if errors.Is(err, mount.ErrNoDiskImage) {
+		if !e.createImages {
+			return r, fmt.Errorf("the PVC holds no disk.img (a volume never imported?) in %q: start the agent with %s to create it: %w",
+				e.root.Abs(src), CreateDiskImagesFlag, err)
+		}
+		size, created, cerr := e.attacher.CreateDiskImage(src, v.CapacityBytes, v.FilesystemOverhead)
+		if cerr != nil {
+			return outcome.Unchanged, refusal(cerr)
+		}
+		r, err = e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
+		if err == nil && created && size > 0 {
+			r = outcome.Created
+		}
+	}
+	if err != nil || !r.Changed() {
+		return r, refusal(err)
+	}
+	return r, e.confirmSeen(v.LauncherUID, v.Name, 0)
+}
