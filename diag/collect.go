@@ -80,18 +80,26 @@ func (cl *apiView) listClaims(ctx context.Context, ns string) error {
 }
 
 func listVMIs(ctx context.Context, c Clients, ns, node string) ([]*kubevirt.VMI, error) {
-	sel := labels.Set{kubevirt.LabelNodeName: node}.AsSelector().String()
-	list, err := c.Dyn.Resource(kubevirt.VMIResource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, err
-	}
 	var out []*kubevirt.VMI
-	for i := range list.Items {
-		vmi, err := kubevirt.DecodeVMI(&list.Items[i])
+	seen := map[string]bool{}
+	// The node's own VMIs, and those migrating to it, as the agent
+	// watches them.
+	for _, label := range []string{kubevirt.LabelNodeName, kubevirt.LabelMigrationTargetNode} {
+		sel := labels.Set{label: node}.AsSelector().String()
+		list, err := c.Dyn.Resource(kubevirt.VMIResource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, vmi)
+		for i := range list.Items {
+			vmi, err := kubevirt.DecodeVMI(&list.Items[i])
+			if err != nil {
+				return nil, err
+			}
+			if key := vmi.Namespace + "/" + vmi.Name; !seen[key] {
+				seen[key] = true
+				out = append(out, vmi)
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {

@@ -55,16 +55,21 @@ type volumeCtx struct {
 // the agent decides it.
 func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.VMI) []Volume {
 	pods := kubevirt.PodMap(cl.pods)
-	launcher, lref := kubevirt.FindLauncher(vmi, in.opts.NodeName, pods)
+	choice := kubevirt.ChooseLauncher(vmi, in.opts.NodeName, pods)
+	launcher, lref := choice.Launcher, choice.Refusal
 	var vols []kubevirt.HotplugVolume
 	if launcher != nil {
+		// The target launcher of a migration is judged against the
+		// target attachment pod, as the agent judges it.
+		vmi = kubevirt.ForLauncher(vmi, in.opts.NodeName, launcher, pods)
 		vols = kubevirt.HotplugVolumes(vmi, launcher, pods)
 	} else {
 		vols = unjudged(vmi)
 	}
 	var out []Volume
 	for _, hv := range vols {
-		v := Volume{Namespace: vmi.Namespace, VMI: vmi.Name, Volume: hv.Name, Claim: hv.Claim, Mode: string(hv.Mode)}
+		v := Volume{Namespace: vmi.Namespace, VMI: vmi.Name, Volume: hv.Name, Claim: hv.Claim, Mode: string(hv.Mode),
+			Migration: choice.Migration.String()}
 		f := &findings{block: hv.Mode == kubevirt.Block}
 		vc := volumeCtx{vmi: vmi, launcher: launcher, hv: hv}
 		fillStatus(&v, hv.Status)

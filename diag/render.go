@@ -133,6 +133,7 @@ func renderTable(w io.Writer, r *Report, wide bool) error {
 		}
 		writeGrid(&b, ocols, orows, wide)
 	}
+	writeMigrations(&b, r, wide)
 	writeHints(&b, r, wide)
 	for _, s := range r.Warnings {
 		writeLine(&b, "warning: "+s, wide)
@@ -140,6 +141,20 @@ func renderTable(w io.Writer, r *Report, wide bool) error {
 	fmt.Fprintf(&b, "%d problem(s)\n", r.Problems)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeMigrations says, once per VMI, this node's side of its live
+// migration.
+func writeMigrations(b *strings.Builder, r *Report, wide bool) {
+	seen := map[string]bool{}
+	for _, v := range r.Volumes {
+		key := v.Namespace + "/" + v.VMI
+		if v.Migration == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		writeLine(b, "migration "+key+": "+v.Migration, wide)
+	}
 }
 
 func propagationWord(p PropagationCheck) string {

@@ -76,8 +76,12 @@ type Volume struct {
 	// Mode is "Filesystem" or "Block".
 	Mode string `json:"mode"`
 	// Phase and Reason are from the VMI's status.volumeStatus.
-	Phase         string  `json:"phase,omitempty"`
-	Reason        string  `json:"reason,omitempty"`
+	Phase  string `json:"phase,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Migration is this node's side of the VMI's last live migration, as
+	// the agent reads it: "source running (node-1 -> node-2, migration
+	// <uid>)", "target failed (...)"; empty without one.
+	Migration     string  `json:"migration,omitempty"`
 	LauncherPod   *PodRef `json:"launcherPod,omitempty"`
 	AttachmentPod *PodRef `json:"attachmentPod,omitempty"`
 	// ExpectedSource is the host path of what should be mounted or
