@@ -49,6 +49,7 @@ func TrimPod(obj any) (any, error) {
 // patches (status.volumeStatus, guarded by a test of its current value).
 var vmiFields = [][]string{
 	{"spec", "volumes"},
+	{"spec", "utilityVolumes"},
 	{"status", "nodeName"},
 	{"status", "phase"},
 	{"status", "activePods"},
