@@ -119,15 +119,21 @@ func (in *inspector) inspectVolume(ctx context.Context, cl *apiView, v *Volume, 
 	v.LauncherPod = &PodRef{Name: vc.launcher.Name, UID: string(vc.launcher.UID)}
 	targetDir := kubelet.HotplugDisksDir(string(vc.launcher.UID))
 	name := v.Volume
-	if !f.block {
+	switch vc.hv.Mode {
+	case kubevirt.Directory:
+		name = kubelet.DirTargetName(v.Volume)
+	case kubevirt.Filesystem:
 		name = kubelet.TargetName(v.Volume)
 	}
 	v.Target = in.hostPath(path.Join(targetDir, name))
 	f.target = v.Target
 	in.checkAttachment(ctx, cl, v, vc)
-	if f.block {
+	switch {
+	case f.block:
 		in.inspectBlock(v, f, vc, targetDir)
-	} else {
+	case vc.hv.Mode == kubevirt.Directory:
+		in.inspectDirectory(v, f, vc, targetDir)
+	default:
 		in.inspectFilesystem(v, f, vc, targetDir)
 	}
 }

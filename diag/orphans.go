@@ -17,10 +17,8 @@ func wantedVolumes(vmis []*kubevirt.VMI, node string) map[string]map[string]bool
 	for _, vmi := range vmis {
 		for _, uid := range kubevirt.ActivePodsOn(vmi, node) {
 			names := map[string]bool{}
-			for _, v := range vmi.Spec.Volumes {
-				if _, ok := v.Hotpluggable(); ok {
-					names[v.Name] = true
-				}
+			for _, name := range vmi.Spec.HotplugVolumeNames() {
+				names[name] = true
 			}
 			out[string(uid)] = names
 		}

@@ -70,8 +70,11 @@ func volumeColumns(wide bool) []column {
 
 func volumeRow(v *Volume, wide bool) []string {
 	mode := "fs"
-	if v.Mode == "Block" {
+	switch v.Mode {
+	case "Block":
 		mode = "block"
+	case "Directory":
+		mode = "dir"
 	}
 	src := v.Mount.SourceWithRoot()
 	if v.Device != nil && v.Device.Node != "" {

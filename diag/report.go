@@ -73,7 +73,8 @@ type Volume struct {
 	Volume    string `json:"volume"`
 	Claim     string `json:"claim,omitempty"`
 	PVName    string `json:"pvName,omitempty"`
-	// Mode is "Filesystem" or "Block".
+	// Mode is "Filesystem", "Block" or "Directory" (a memory-dump or
+	// utility volume, bound as the directory <volume>).
 	Mode string `json:"mode"`
 	// Phase and Reason are from the VMI's status.volumeStatus.
 	Phase  string `json:"phase,omitempty"`
@@ -88,7 +89,7 @@ type Volume struct {
 	// mknod'ed: the attachment pod's disk.img or published block device.
 	ExpectedSource string `json:"expectedSource,omitempty"`
 	// Target is the host path of <volume>.img (Filesystem) or <volume>
-	// (Block) in the launcher's hotplug-disks directory.
+	// (Block, Directory) in the launcher's hotplug-disks directory.
 	Target  string       `json:"target,omitempty"`
 	Mount   *MountEntry  `json:"mount,omitempty"`
 	Device  *DeviceCheck `json:"device,omitempty"`

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/hpmount/hpmount/diag"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -87,6 +92,25 @@ func TestDirectoryVolumesAndMissingDiskImage(t *testing.T) {
 		// The directory volumes were adopted, not remounted.
 		for _, vol := range []simnodeVolume{dump, backup} {
 			e.must(dirBound(v.L.Path(vol.Name)))
+		}
+	})
+
+	e.step("diag shows the directory volumes as ok, in mode dir", func(t *testing.T) {
+		rep := e.diagAllOK(t)
+		seen := 0
+		for _, dv := range rep.Volumes {
+			if dv.Volume != "dump" && dv.Volume != "backup" {
+				continue
+			}
+			seen++
+			if dv.Mode != "Directory" || dv.Verdict != diag.OK || dv.Target != v.L.Path(dv.Volume) || dv.Mount == nil || dv.Mount.FSRoot != "/" {
+				t.Fatalf("diag %s: mode %s verdict %s target %s mount %+v (%s), want an ok Directory bind of the PVC's root", dv.Volume, dv.Mode, dv.Verdict, dv.Target, dv.Mount, dv.Detail)
+			}
+		}
+		var table strings.Builder
+		e.must(diag.Render(&table, rep, diag.FormatTable))
+		if seen != 2 || !strings.Contains(table.String(), " dir ") {
+			t.Fatalf("diag listed %d directory volumes; table:\n%s", seen, table.String())
 		}
 	})
 
@@ -176,4 +200,23 @@ func readOnDevice(t *testing.T, d *simnode.Disk, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// diagAllOK runs `hpmount diag` on the simulated node and wants exit 0:
+// every volume ok.
+func (e *env) diagAllOK(t *testing.T) *diag.Report {
+	t.Helper()
+	bin, err := harness.Binary()
+	e.must(err)
+	cmd := exec.CommandContext(e.ctx, bin, "diag", "--all", "-o", "json", "--mount-source", "mountinfo",
+		"--kubeconfig", e.kubeconfig, "--node-name", e.node.Name, "--kubelet-root", e.node.KubeletRoot,
+		"--host-proc", "/proc", "--host-pid", strconv.Itoa(os.Getpid()),
+		"--cgroup-root", e.node.CgroupRoot, "--cgroup-mode", "v1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("diag: %v, want exit 0\n%s", err, out)
+	}
+	var rep diag.Report
+	e.must(json.Unmarshal(out, &rep))
+	return &rep
 }

@@ -1,0 +1,103 @@
+package diag
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/propagation"
+)
+
+// inspectDirectory judges a memory-dump or utility volume: the published
+// PVC's root bound onto the directory <volume> in hotplug-disks, by the
+// agent's own observation (mount.ObserveDirs).
+func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
+	var want *mount.Info // the published volume's mount
+	if vc.hv.AttachPod != nil && vc.pvName != "" {
+		rel, err := in.findPublished(string(vc.hv.AttachPodUID), vc.pvName)
+		switch refusal := kubevirt.RefusalOf(err); {
+		case errors.Is(err, kubelet.ErrNotPublished):
+			v.AttachmentPod.Publishes = ptr(false)
+		case refusal != nil:
+			f.refused = refusal
+			return
+		case err != nil:
+			f.err = err
+			return
+		default:
+			v.AttachmentPod.Publishes = ptr(true)
+			v.ExpectedSource = in.hostPath(rel)
+			want = in.table.Containing(v.ExpectedSource)
+		}
+	}
+	name := kubelet.DirTargetName(v.Volume)
+	e, err := in.statEntry(targetDir, name)
+	if err != nil {
+		f.err = err
+		return
+	}
+	if e.exists && e.kind != "directory" {
+		f.refused = unsafeTarget(v.Target, e.kind, "a directory")
+		return
+	}
+	obs, err := in.observedDir(targetDir, name)
+	switch {
+	case err != nil:
+		f.err = err
+		return
+	case e.exists && obs == nil:
+		// The agent refuses to mount over a directory it did not make.
+		f.refused = kubevirt.RefusalOf(fmt.Errorf("target %q: %w: an unmounted directory with content or not owned by root, not made by the agent", v.Target, isolation.ErrUnsafePath))
+		return
+	case obs == nil || !obs.Mounted:
+		f.notMounted = notMountedWhy(v, vc, whyNotMounted)
+		return
+	}
+	m := in.table.ByID(obs.MountID)
+	if m == nil {
+		m, _ = in.table.Top(v.Target)
+	}
+	v.Mount = mountEntry(m, obs.Depth)
+	f.stacked = obs.Depth
+	switch {
+	case obs.SourceGone:
+		f.stale = fmt.Sprintf("the mounted directory %s was deleted or its device %s is gone", v.Mount.SourceWithRoot(), obs.Dev)
+	case want != nil && m != nil && m.Dev() != want.Dev():
+		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, want.Dev())
+	default:
+		in.checkSeenDir(v, f, string(vc.launcher.UID), targetDir)
+	}
+}
+
+// observedDir is the agent's observation of one directory target.
+func (in *inspector) observedDir(targetDir, name string) (*mount.Observed, error) {
+	all, err := in.attacher.ObserveDirs(in.table, targetDir)
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if all[i].Name == name {
+			return &all[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// checkSeenDir asks the launcher whether it sees the directory bind.
+func (in *inspector) checkSeenDir(v *Volume, f *findings, launcher, targetDir string) {
+	var sight propagation.Sight
+	var why error
+	err := in.ns.Do(func() error {
+		sight, _, why = in.view.Check(in.root.Path, targetDir, launcher, kubelet.DirTargetName(v.Volume))
+		return nil
+	})
+	switch {
+	case err != nil:
+		v.Detail = joinDetail(v.Detail, "launcher's view not checked: "+err.Error())
+	case sight == propagation.NotSeen:
+		f.notSeen = why.Error()
+	}
+}
