@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/propagation"
@@ -35,7 +33,7 @@ func judge(v *Volume, f *findings) {
 	case f.refused != nil:
 		verdict, detail = Refused, f.refused.Message
 		v.RefusalReason = f.refused.Reason
-	case f.err != nil && deadSource(f.err):
+	case f.err != nil && mount.DeadSource(f.err):
 		verdict, detail = DeadSource, f.err.Error()
 	case f.err != nil:
 		verdict, detail = Error, f.err.Error()
@@ -98,18 +96,6 @@ func hintFor(verdict Verdict, f *findings) string {
 		return fmt.Sprintf("the filesystem is smaller than its device: look for a FilesystemExpansionFailed Event on the VMI (the agent grows it unless --grow-filesystems=false), or run `xfs_growfs %s` (xfs) / `resize2fs <device>` (ext4)", f.target)
 	}
 	return ""
-}
-
-// deadSource reports an error that means the filesystem behind a volume
-// is gone, not that diag lacks a right to look: the errors mount treats as
-// a dead source on a target.
-func deadSource(err error) bool {
-	for _, e := range []error{unix.EIO, unix.ESTALE, unix.ENOTCONN, unix.EHOSTDOWN, unix.ENXIO, unix.ENODEV} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 const (

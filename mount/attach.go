@@ -126,3 +126,9 @@ func (a *Attacher) Detach(t *Table, targetDir, name string) (outcome.Result, err
 func (a *Attacher) Observe(t *Table, targetDir string) ([]Observed, error) {
 	return a.observe(t, targetDir)
 }
+
+// DeadSource reports an error that means the filesystem behind a mount is
+// gone (EIO, ESTALE, ENOTCONN, EHOSTDOWN, ENXIO, ENODEV: shut down after an
+// error, its device or storage server gone), not that the mount is: it can
+// still be unmounted. diag's dead-source verdict uses the same rule.
+func DeadSource(err error) bool { return deadSource(err) }

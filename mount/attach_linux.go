@@ -58,8 +58,6 @@ type target struct {
 	dead bool
 }
 
-// deadSource reports an error that means the filesystem behind a mount is
-// gone, not that the mount is: it can still be unmounted.
 func deadSource(err error) bool {
 	for _, e := range []error{unix.EIO, unix.ESTALE, unix.ENOTCONN, unix.EHOSTDOWN, unix.ENXIO, unix.ENODEV} {
 		if errors.Is(err, e) {
