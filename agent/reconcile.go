@@ -96,6 +96,14 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 	a.pruneState(st, vmi)
 	intents := buildIntents(ctx, vmi, launcher, a, a.resolvePV)
 	observed, err := a.engine.Observe(ctx, snap, launcher.UID)
+	if r := kubevirt.RefusalOf(err); r != nil {
+		// hotplug-disks itself is unsafe (a symlink, a parent that is
+		// one): no volume can be served and retrying cannot help until it
+		// is repaired; a resync looks again. The key names no volume.
+		ref := vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
+		a.emit(st, ref, a.log.With("vmi", vmi.Namespace+"/"+vmi.Name), refusalEvent(launcherDirKey, r))
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("observe launcher %s/%s: %w", launcher.Namespace, launcher.Name, err)
 	}
@@ -129,6 +137,10 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 	}
 	return errors.Join(s.Errs...)
 }
+
+// launcherDirKey is the volume of a refusal of the launcher's hotplug-disks
+// directory as a whole: no volume name contains "/", so it cannot collide.
+const launcherDirKey = "hotplug-disks/"
 
 // staleLaunchers lists the launchers to empty: those remembered for the
 // VMI, other than the current one, that are gone from this node or have
