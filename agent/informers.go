@@ -65,10 +65,8 @@ func indexByClaim(obj any) ([]string, error) {
 		return nil, nil // reconcile reports it
 	}
 	var keys []string
-	for _, v := range vmi.Spec.Volumes {
-		if claim, ok := v.Hotpluggable(); ok {
-			keys = append(keys, vmi.Namespace+"/"+claim)
-		}
+	for _, c := range vmi.Spec.HotplugClaims() {
+		keys = append(keys, vmi.Namespace+"/"+c.Claim)
 	}
 	return keys, nil
 }

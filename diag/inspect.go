@@ -96,13 +96,9 @@ func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.
 // them against; like the agent, diag then judges only the launcher.
 func unjudged(vmi *kubevirt.VMI) []kubevirt.HotplugVolume {
 	var out []kubevirt.HotplugVolume
-	for _, sv := range vmi.Spec.Volumes {
-		claim, ok := sv.Hotpluggable()
-		if !ok {
-			continue
-		}
-		st := vmi.Status.VolumeStatusByName(sv.Name)
-		out = append(out, kubevirt.HotplugVolume{Name: sv.Name, Claim: claim, Mode: st.Mode(), Status: st})
+	for _, c := range vmi.Spec.HotplugClaims() {
+		st := vmi.Status.VolumeStatusByName(c.Name)
+		out = append(out, kubevirt.HotplugVolume{Name: c.Name, Claim: c.Claim, Mode: st.Mode(), Status: st})
 	}
 	return out
 }

@@ -28,17 +28,29 @@ type UtilityVolume struct {
 	Type      string `json:"type,omitempty"`
 }
 
-// HotplugVolumeNames lists the names of every hotplug volume of the spec,
-// utility volumes included: what the node may hold for the VMI.
-func (s *VMISpec) HotplugVolumeNames() []string {
-	var names []string
+// NamedClaim is a hotplug volume of the spec by name, with its claim.
+type NamedClaim struct{ Name, Claim string }
+
+// HotplugClaims lists every hotplug volume of the spec, spec.volumes first,
+// then spec.utilityVolumes: what the node may hold for the VMI.
+func (s *VMISpec) HotplugClaims() []NamedClaim {
+	var out []NamedClaim
 	for _, v := range s.Volumes {
-		if _, ok := v.Hotpluggable(); ok {
-			names = append(names, v.Name)
+		if claim, ok := v.Hotpluggable(); ok {
+			out = append(out, NamedClaim{v.Name, claim})
 		}
 	}
 	for _, u := range s.UtilityVolumes {
-		names = append(names, u.Name)
+		out = append(out, NamedClaim{u.Name, u.ClaimName})
+	}
+	return out
+}
+
+// HotplugVolumeNames lists the names of HotplugClaims.
+func (s *VMISpec) HotplugVolumeNames() []string {
+	var names []string
+	for _, c := range s.HotplugClaims() {
+		names = append(names, c.Name)
 	}
 	return names
 }
