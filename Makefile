@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
-.PHONY: all build deps tools test unit vet bench bench-node demo clean
+.PHONY: all build deps tools test unit vet bench bench-node demo fuzz clean
 
 all: build
 
@@ -34,6 +34,13 @@ vet:
 test: deps tools vet build
 	set -o pipefail; HPMOUNT_REQUIRE_ROOT=1 HPMOUNT_BINARY=$(CURDIR)/bin/hpmount \
 	  $(GO) test -count=1 -p 1 -timeout 20m -json ./... | $(GO) run ./test/testsummary
+
+# The long security run (SECURITY.md): TestAttachSwapRace with RACES swaps
+# of disk.img, its parent, the target and hotplug-disks for symlinks racing
+# Attach (make test runs 1,000).
+RACES ?= 10000
+fuzz: deps
+	HPMOUNT_REQUIRE_ROOT=1 HPMOUNT_RACES=$(RACES) $(GO) test -count=1 -run '^TestAttachSwapRace$$' -v ./mount/
 
 bench: deps
 	HPMOUNT_REQUIRE_ROOT=1 $(GO) test -run '^$$' -bench . -benchmem ./...
