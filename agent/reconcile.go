@@ -266,9 +266,7 @@ func noteWanted(st *vmiState, intents []volumeIntent, observed []ObservedVolume,
 // reportPending marks every hotplug volume pending when there is no
 // launcher to attach to.
 func (a *Agent) reportPending(vmi *kubevirt.VMI) {
-	for _, v := range vmi.Spec.Volumes {
-		if _, ok := v.Hotpluggable(); ok {
-			a.obs.VolumeState(vmi.Namespace, vmi.Name, v.Name, string(vmi.Status.VolumeStatusByName(v.Name).Mode()), StatePending)
-		}
+	for _, c := range vmi.Spec.HotplugClaims() {
+		a.obs.VolumeState(vmi.Namespace, vmi.Name, c.Name, string(vmi.Status.VolumeStatusByName(c.Name).Mode()), StatePending)
 	}
 }
