@@ -184,6 +184,8 @@ func TestDirectoryVolumes(t *testing.T) {
 		{"status memoryDumpVolume alone decides, as in virt-handler", []kt.Vol{{Name: "dump", Claim: "c1", AttachUID: kt.AttachUID}}, kubevirt.Directory, ""},
 		{"block memory dump is refused", []kt.Vol{{Name: "dump", Claim: "c1", AttachUID: kt.AttachUID, MemoryDump: true, Mode: "Block"}}, kubevirt.Filesystem, kubevirt.RefusedUnknownMode},
 		{"utility volume named like a regular one is refused", []kt.Vol{{Name: "x", Claim: "c0", AttachUID: kt.AttachUID}, {Name: "x", Claim: "c1", AttachUID: kt.AttachUID, Utility: true, NoStatus: true}}, kubevirt.Directory, kubevirt.RefusedUnsafeName},
+		{"block volume x.img beside filesystem volume x is refused", []kt.Vol{{Name: "x", Claim: "c0", AttachUID: kt.AttachUID}, {Name: "x.img", Claim: "c1", AttachUID: kt.AttachUID, Mode: "Block"}}, kubevirt.Block, kubevirt.RefusedUnsafeName},
+		{"utility volume x.img beside filesystem volume x is refused", []kt.Vol{{Name: "x", Claim: "c0", AttachUID: kt.AttachUID}, {Name: "x.img", Claim: "c1", AttachUID: kt.AttachUID, Utility: true}}, kubevirt.Directory, kubevirt.RefusedUnsafeName},
 		{"unsafe utility volume name", []kt.Vol{{Name: "..", Claim: "c1", AttachUID: kt.AttachUID, Utility: true}}, kubevirt.Filesystem, kubevirt.RefusedUnsafeName},
 	}
 	for _, tt := range tests {

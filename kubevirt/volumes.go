@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/kubelet"
 )
 
 // Why a volume that is not refused cannot be attached yet.
@@ -118,7 +120,28 @@ func HotplugVolumes(vmi *VMI, launcher *corev1.Pod, pods PodLookup) []HotplugVol
 		}
 		add(u.Name, u.ClaimName, true, dup)
 	}
+	refuseCollisions(out)
 	return out
+}
+
+// refuseCollisions refuses a block or directory volume whose target, its
+// own name, is the <vol>.img target of a filesystem volume of the same VMI
+// (a block volume "x.img" beside a filesystem volume "x"): one name in
+// hotplug-disks cannot serve both, and the agent would take the other's
+// entry for its own.
+func refuseCollisions(vols []HotplugVolume) {
+	files := map[string]string{}
+	for _, hv := range vols {
+		if hv.Refused == nil && hv.Mode == Filesystem {
+			files[kubelet.TargetName(hv.Name)] = hv.Name
+		}
+	}
+	for i := range vols {
+		hv := &vols[i]
+		if other, ok := files[hv.Name]; ok && hv.Refused == nil && hv.Mode != Filesystem {
+			hv.Refused = refusef(RefusedUnsafeName, "volume %q: its target %q in hotplug-disks is also the target of filesystem volume %q", hv.Name, hv.Name, other)
+		}
+	}
 }
 
 func judgeVolume(vmi *VMI, name, claim string, dir bool, launcher *corev1.Pod, pods PodLookup) HotplugVolume {
