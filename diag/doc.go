@@ -76,6 +76,14 @@
 //     was replaced. Hint: "the filesystem is smaller than its device: run the
 //     agent with --grow-filesystems, or `xfs_growfs <target>`" (ext4:
 //     resize2fs on the device).
+//   - expand-pending: a filesystem volume whose claim (persistentVolumeClaimInfo
+//     in VMI status) requests more than its capacity while its device has
+//     not grown past the capacity (within mount.GrowSlackBytes of the
+//     request) and its filesystem is not behind the device: the expansion
+//     never reached the volume, so nothing on the node can grow. Hint: the
+//     storage side has not grown it (`kubectl describe pvc`); on Harvester
+//     the PVC webhook admits expansion of a hotplugged filesystem-mode PVC
+//     only while its VM is stopped.
 //   - ok: mounted once, from the published disk.img (or, when the
 //     attachment pod no longer publishes it, from a live source), or a block
 //     node of the published device that the cgroup allows.

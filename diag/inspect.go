@@ -168,40 +168,9 @@ func notMountedWhy(v *Volume, vc *volumeCtx, fallback string) string {
 
 func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
 	file := kubelet.TargetName(v.Volume)
-	var want *mount.Info // the published volume's mount
-	var wantRoot string
-	if vc.hv.AttachPod != nil && vc.pvName != "" {
-		rel, err := in.findPublished(string(vc.hv.AttachPodUID), vc.pvName)
-		switch refusal := kubevirt.RefusalOf(err); {
-		case errors.Is(err, kubelet.ErrNotPublished):
-			v.AttachmentPod.Publishes = ptr(false)
-		case refusal != nil:
-			f.refused = refusal
-			return
-		case err != nil:
-			f.err = err
-			return
-		default:
-			v.AttachmentPod.Publishes = ptr(true)
-			v.ExpectedSource = in.hostPath(path.Join(rel, "disk.img"))
-			size, err := in.attacher.CheckSource(rel)
-			if errors.Is(err, fs.ErrNotExist) {
-				// Deleted after it was mounted: what is mounted is judged below.
-				v.Detail = joinDetail(v.Detail, "the published volume has no disk.img")
-				break
-			}
-			if r := kubevirt.RefusalOf(err); r != nil {
-				f.refused = r
-				return
-			} else if err != nil {
-				f.err = err
-				return
-			}
-			v.Sizes.DiskImage = size
-			if want = in.table.Containing(in.hostPath(rel)); want != nil {
-				wantRoot = path.Join(want.Root, path.Clean("/"+trimMountPoint(in.hostPath(rel), want.MountPoint)), "disk.img")
-			}
-		}
+	want, wantRoot, ok := in.publishedImage(v, f, vc)
+	if !ok {
+		return
 	}
 	e, err := in.statEntry(targetDir, file)
 	if err != nil {
@@ -235,6 +204,7 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 	default:
 		in.checkSeen(v, f, string(vc.launcher.UID), targetDir)
 		in.measure(v, f, targetDir)
+		f.notGrown = notGrownWhy(vc.hv.Status, v.Sizes.BlockDevice, f.needsExpand)
 	}
 }
 
@@ -252,6 +222,47 @@ func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir strin
 	case sight == propagation.NotSeen:
 		f.notSeen = why.Error()
 	}
+}
+
+// publishedImage finds the disk.img the attachment pod publishes, checked
+// as the agent checks it, and the mount it lives on (nil when the volume is
+// not published). ok is false once f holds a refusal or an error.
+func (in *inspector) publishedImage(v *Volume, f *findings, vc *volumeCtx) (want *mount.Info, wantRoot string, ok bool) {
+	if vc.hv.AttachPod == nil || vc.pvName == "" {
+		return nil, "", true
+	}
+	rel, err := in.findPublished(string(vc.hv.AttachPodUID), vc.pvName)
+	switch refusal := kubevirt.RefusalOf(err); {
+	case errors.Is(err, kubelet.ErrNotPublished):
+		v.AttachmentPod.Publishes = ptr(false)
+		return nil, "", true
+	case refusal != nil:
+		f.refused = refusal
+		return nil, "", false
+	case err != nil:
+		f.err = err
+		return nil, "", false
+	}
+	v.AttachmentPod.Publishes = ptr(true)
+	v.ExpectedSource = in.hostPath(path.Join(rel, "disk.img"))
+	size, err := in.attacher.CheckSource(rel)
+	switch r := kubevirt.RefusalOf(err); {
+	case errors.Is(err, fs.ErrNotExist):
+		// Deleted after it was mounted: what is mounted is judged by the caller.
+		v.Detail = joinDetail(v.Detail, "the published volume has no disk.img")
+		return nil, "", true
+	case r != nil:
+		f.refused = r
+		return nil, "", false
+	case err != nil:
+		f.err = err
+		return nil, "", false
+	}
+	v.Sizes.DiskImage = size
+	if want = in.table.Containing(in.hostPath(rel)); want != nil {
+		wantRoot = path.Join(want.Root, path.Clean("/"+trimMountPoint(in.hostPath(rel), want.MountPoint)), "disk.img")
+	}
+	return want, wantRoot, true
 }
 
 // trimMountPoint returns p relative to the mount point mp it lives on.

@@ -207,6 +207,12 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 	grown := e.disk("grown", "xfs", testutil.MinXFSSize)
 	e.attachFS(faults, "grown", "pv-grown", grown, true)
 	e.must(grown.Grow(testutil.MinXFSSize + 100<<20))
+	// expand-pending: the claim asks for twice its size, and the device
+	// never grew (the storage refused or has not done the expansion).
+	pending := fsVol("pending")
+	pending.Requests = "128Mi"
+	asked := e.addVM("asked", pending)
+	e.attachFS(asked, "pending", "pv-pending", e.disk("pending", "ext4", 64<<20), true)
 
 	// not-propagated: the launcher's compute container mounts
 	// hotplug-disks at KubeVirt's path with a private view, so it sees the
@@ -228,6 +234,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 			want := map[string]Verdict{
 				"data": OK, "raw": OK, "other": WrongDevice, "denied": NotAllowed, "idle": NotMounted,
 				"stack": Stacked, "stale": StaleSource, "evil": Refused, "grown": NeedsFSExpand,
+				"pending": ExpandPending,
 				"unseen": NotPropagated,
 			}
 			for name, verdict := range want {

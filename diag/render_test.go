@@ -12,7 +12,7 @@ func sampleReport() *Report {
 	long := "/var/lib/kubelet/pods/0f6b7e52-3c1d-4b7a-9a55-0123456789ab/volumes/kubernetes.io~empty-dir/hotplug-disks/"
 	r := &Report{APIVersion: APIVersion, Node: "node-a", KubeletRoot: "/var/lib/kubelet", MountSource: "findmnt",
 		Propagation: PropagationCheck{Path: "/var/lib/kubelet/pods", Shared: true, MountPoint: "/", Mode: "shared"}}
-	for _, vd := range []Verdict{OK, NotMounted, Stacked, StaleSource, WrongDevice, NeedsFSExpand, PropagationBroken, Refused, NotAllowed, Error} {
+	for _, vd := range []Verdict{OK, NotMounted, Stacked, StaleSource, WrongDevice, NeedsFSExpand, ExpandPending, PropagationBroken, Refused, NotAllowed, Error} {
 		v := Volume{Namespace: "tenant-with-a-long-name", VMI: "vm-with-a-rather-long-name", Volume: "volume-" + string(vd),
 			Mode: "Filesystem", Phase: "MountedToPod", Target: long + "vol.img", Verdict: vd,
 			Mount: &MountEntry{Source: "/dev/mapper/myvg1-2979d232-aaaa-bbbb-cccc-0123456789ab", FSRoot: "/disk.img", MajMin: "253:4", Propagation: "shared", Stacked: 1},
@@ -44,7 +44,7 @@ func TestRenderTableFits(t *testing.T) {
 			t.Errorf("line of %d columns: %q", n, line)
 		}
 	}
-	for _, want := range []string{"NAMESPACE/VMI", "SOURCE[FSROOT]", "HINTS", "ORPHANS", "umount", "10 problem(s)", "10Gi"} {
+	for _, want := range []string{"NAMESPACE/VMI", "SOURCE[FSROOT]", "HINTS", "ORPHANS", "umount", "11 problem(s)", "10Gi"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -77,7 +77,7 @@ func TestRenderJSONSchema(t *testing.T) {
 			t.Errorf("JSON lacks %q", k)
 		}
 	}
-	if doc["apiVersion"] != "hpmount.io/diag/v1" || doc["problems"] != float64(10) {
+	if doc["apiVersion"] != "hpmount.io/diag/v1" || doc["problems"] != float64(11) {
 		t.Errorf("apiVersion %v problems %v", doc["apiVersion"], doc["problems"])
 	}
 	vol := doc["volumes"].([]any)[0].(map[string]any)

@@ -32,6 +32,7 @@ const (
 	WrongDevice       Verdict = "wrong-device"
 	NotAllowed        Verdict = "not-allowed"
 	NeedsFSExpand     Verdict = "needs-fs-expand"
+	ExpandPending     Verdict = "expand-pending"
 	OK                Verdict = "ok"
 	Orphan            Verdict = "orphan"
 )

@@ -22,6 +22,7 @@ type findings struct {
 	wrongDevice string            // node vs published device
 	notAllowed  string            // the device cgroup rule is missing
 	needsExpand bool
+	notGrown    string // the claim asks for more than its device has
 	target      string
 	block       bool
 }
@@ -53,6 +54,8 @@ func judge(v *Volume, f *findings) {
 		verdict, detail = NotAllowed, f.notAllowed
 	case f.needsExpand:
 		verdict, detail = NeedsFSExpand, fmt.Sprintf("the device is larger than its filesystem by more than %d MiB", mount.GrowSlackBytes>>20)
+	case f.notGrown != "":
+		verdict, detail = ExpandPending, f.notGrown
 	}
 	v.Verdict, v.Hint = verdict, hintFor(verdict, f)
 	if v.Detail == "" {
@@ -92,6 +95,8 @@ func hintFor(verdict Verdict, f *findings) string {
 		return fmt.Sprintf("the node is not the published device: the agent replaces it on its next reconcile; or `rm %s` and let it recreate the node", f.target)
 	case NotAllowed:
 		return "the launcher's device cgroup does not allow the device: check the agent's --cgroup-root/--cgroup-mode and its logs; it re-adds the rule on its next reconcile"
+	case ExpandPending:
+		return expandPendingHint
 	case NeedsFSExpand:
 		return fmt.Sprintf("the filesystem is smaller than its device: look for a FilesystemExpansionFailed Event on the VMI (the agent grows it unless --grow-filesystems=false), or run `xfs_growfs %s` (xfs) / `resize2fs <device>` (ext4)", f.target)
 	}
