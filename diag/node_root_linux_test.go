@@ -234,8 +234,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 			want := map[string]Verdict{
 				"data": OK, "raw": OK, "other": WrongDevice, "denied": NotAllowed, "idle": NotMounted,
 				"stack": Stacked, "stale": StaleSource, "evil": Refused, "grown": NeedsFSExpand,
-				"pending": ExpandPending,
-				"unseen": NotPropagated,
+				"unseen": NotPropagated, "pending": ExpandPending,
 			}
 			for name, verdict := range want {
 				v := vols[name]
