@@ -116,6 +116,13 @@ func (d *demo) applyRBAC(rbac string) error {
 		rbac = "deploy/rbac.yaml"
 	}
 	item("applied %s: %v", rbac, kinds)
+	// The demo runs the agent with --report-volume-status, which needs
+	// patch on VMIs: granted by the deploy/volume-status component only.
+	vs, err := harness.GrantVolumeStatus(d.ctx, d.cluster)
+	if err != nil {
+		return err
+	}
+	item("applied %s: %v", harness.VolumeStatusRBAC, vs)
 	item("the agent authenticates as system:serviceaccount:%s:%s", harness.AgentNamespace, harness.AgentServiceAccount)
 	return nil
 }

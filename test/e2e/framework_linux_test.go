@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,6 +54,12 @@ func newEnv(t *testing.T, agentArgs ...string) *env {
 	e.kubeconfig = filepath.Join(t.TempDir(), "agent.kubeconfig")
 	_, err := harness.AgentKubeconfig(ctx, c, e.ctrl, "", e.kubeconfig)
 	e.must(err)
+	// Patching VMIs is granted only with the flag that needs it, as the
+	// deploy/volume-status component does.
+	if slices.Contains(agentArgs, "--report-volume-status") {
+		_, err := harness.GrantVolumeStatus(ctx, c)
+		e.must(err)
+	}
 	node, err := simnode.New(nodeName, t.TempDir())
 	e.must(err)
 	t.Cleanup(node.Close)

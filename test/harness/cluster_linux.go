@@ -60,6 +60,34 @@ func AgentKubeconfig(ctx context.Context, c *cluster.Cluster, ctrl *simnode.Cont
 	return kinds, nil
 }
 
+// VolumeStatusRBAC is deploy/volume-status/rbac.yaml: the ClusterRole and
+// binding that let the agent's ServiceAccount patch VMIs, which only
+// --report-volume-status needs (the base grants no patch).
+const VolumeStatusRBAC = "deploy/volume-status/rbac.yaml"
+
+// GrantVolumeStatus applies VolumeStatusRBAC of the repository for real, as
+// the volume-status component does next to the base, for an agent run with
+// --report-volume-status. It returns the kind/name of each object applied.
+func GrantVolumeStatus(ctx context.Context, c *cluster.Cluster) ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := os.ReadFile(filepath.Join(root, VolumeStatusRBAC))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", VolumeStatusRBAC, err)
+	}
+	objs, err := cluster.ApplyManifests(ctx, c.AdminConfig(), manifest, false)
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", VolumeStatusRBAC, err)
+	}
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind()+"/"+o.GetName())
+	}
+	return kinds, nil
+}
+
 // Events lists the Events about one VMI.
 func Events(ctx context.Context, kube kubernetes.Interface, ns, vmi string) ([]corev1.Event, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", vmi),

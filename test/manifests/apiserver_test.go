@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,6 +74,12 @@ func TestServerSideDryRun(t *testing.T) {
 		t.Fatalf("second dry run: %v", err)
 	}
 	assertNoDaemonSet(ctx, t, admin)
+
+	// The volume-status component's role, binding and flag are valid too.
+	vs := render(t, componentOverlay(t, volumeStatusComponent))
+	if _, err := cluster.ApplyManifests(ctx, admin, vs.raw, true); err != nil {
+		t.Fatalf("server-side dry run with the volume-status component: %v", err)
+	}
 
 	// The PodMonitor needs the Prometheus Operator's CRD, which this
 	// control plane does not have: dry-run it only when the CRD is served;
@@ -146,10 +153,7 @@ func TestRBACMinimal(t *testing.T) {
 	}
 
 	const tenant = "tenant-vms" // any namespace VMs run in
-	tests := []struct {
-		verb, group, resource, namespace string
-		want                             bool
-	}{
+	tests := []accessCheck{
 		// What the agent needs.
 		{"list", "", "pods", "", true},
 		{"watch", "", "pods", "", true},
@@ -170,11 +174,42 @@ func TestRBACMinimal(t *testing.T) {
 		{"update", "", "nodes", "", false},
 		{"list", "", "persistentvolumes", "", false},
 		{"delete", "kubevirt.io", "virtualmachineinstances", tenant, false},
+		{"update", "kubevirt.io", "virtualmachineinstances", tenant, false},
+		// patch only with the volume-status component (below).
+		{"patch", "kubevirt.io", "virtualmachineinstances", tenant, false},
+		{"patch", "kubevirt.io", "virtualmachineinstances", "", false},
 		{"create", "", "pods/exec", tenant, false},
 		{"create", "", "serviceaccounts/token", namespace, false},
 		{"escalate", "rbac.authorization.k8s.io", "clusterroles", "", false},
 		{"bind", "rbac.authorization.k8s.io", "clusterroles", "", false},
 	}
+	t.Run("base", func(t *testing.T) { checkAccess(ctx, t, agent, tests) })
+
+	// The volume-status component adds patch on VMIs and nothing else.
+	vsRBAC, err := os.ReadFile(deployPath(t, volumeStatusComponent, "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.ApplyManifests(ctx, admin, vsRBAC, false); err != nil {
+		t.Fatalf("apply deploy/%s/rbac.yaml: %v", volumeStatusComponent, err)
+	}
+	withStatus := slices.Clone(tests)
+	for i, tc := range withStatus {
+		if tc.verb == "patch" && tc.resource == "virtualmachineinstances" {
+			withStatus[i].want = true
+		}
+	}
+	t.Run("volume-status", func(t *testing.T) { checkAccess(ctx, t, agent, withStatus) })
+}
+
+// accessCheck is one SelfSubjectAccessReview and its expected answer.
+type accessCheck struct {
+	verb, group, resource, namespace string
+	want                             bool
+}
+
+func checkAccess(ctx context.Context, t *testing.T, agent *rest.Config, tests []accessCheck) {
+	t.Helper()
 	for _, tc := range tests {
 		res := tc.resource
 		if tc.group != "" {
