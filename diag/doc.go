@@ -64,6 +64,12 @@
 //     target's name (propagation.LauncherView.Check, as the agent asks it).
 //     Hint: restart the launcher pod (migrate the VM); mounting again does
 //     not help.
+//   - stale-open: the launcher's QEMU (a process of the pod whose command
+//     starts with "qemu", propagation.LauncherView.Held) holds under the
+//     target's name a device other than the one published now (block), or
+//     another file than the bound disk.img (filesystem). Hint: the guest
+//     writes to a disk that is gone; unplug and plug again, or restart
+//     the VM; hpmount never acts on QEMU.
 //   - wrong-device: the block node's major:minor is not the device the
 //     kubelet published for the attachment pod. Hint: the agent replaces it,
 //     or `rm <target>` and let it recreate the node.
@@ -84,6 +90,11 @@
 //     storage side has not grown it (`kubectl describe pvc`); on Harvester
 //     the PVC webhook admits expansion of a hotplugged filesystem-mode PVC
 //     only while its VM is stopped.
+//   - not-open: QEMU runs but holds nothing under the target's name
+//     (expected until KubeVirt attaches the disk; also what a file bind
+//     detached under QEMU's descriptor looks like). Without a QEMU process
+//     the volume's qemu field says "no QEMU found" and the verdict is not
+//     changed.
 //   - ok: mounted once, from the published disk.img (or, when the
 //     attachment pod no longer publishes it, from a live source), or a block
 //     node of the published device that the cgroup allows.

@@ -203,6 +203,7 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s[%s] (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, wantRoot, want.Dev())
 	default:
 		in.checkSeen(v, f, string(vc.launcher.UID), targetDir)
+		in.checkHeld(v, f, string(vc.launcher.UID), file, propagation.Current{File: propagation.Ident{Dev: e.dev, Ino: e.ino}})
 		in.measure(v, f, targetDir)
 		f.notGrown = notGrownWhy(vc.hv.Status, v.Sizes.BlockDevice, f.needsExpand)
 	}
@@ -363,6 +364,32 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 		f.wrongDevice = fmt.Sprintf("the node is %s but the attachment pod's published device is %s", dev.Node, dev.Published)
 	}
 	in.checkCgroup(v, f, vc, blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]})
+	now := e.rdev
+	if published != nil {
+		now = [2]uint32{published.Major, published.Minor}
+	}
+	in.checkHeld(v, f, string(vc.launcher.UID), v.Volume, propagation.Current{Block: true, Device: devNumber(now[0], now[1])})
+}
+
+// checkHeld asks the launcher's QEMU what it holds of the target, through
+// the same propagation.LauncherView.Held the agent asks.
+func (in *inspector) checkHeld(v *Volume, f *findings, launcher, name string, cur propagation.Current) {
+	hold, detail, err := in.view.Held(launcher, name, cur)
+	switch {
+	case err != nil:
+		v.Detail = joinDetail(v.Detail, "what QEMU holds not checked: "+err.Error())
+		return
+	case hold == propagation.StaleOpen:
+		f.staleOpen = detail
+	case hold == propagation.NotOpen:
+		f.notOpen = detail
+	}
+	v.QEMU, v.QEMUDetail = holdNames[hold], detail
+}
+
+var holdNames = map[propagation.Hold]string{
+	propagation.NoQEMU: "no QEMU found", propagation.NotOpen: string(NotOpen),
+	propagation.Open: "open", propagation.StaleOpen: string(StaleOpen),
 }
 
 func (in *inspector) checkCgroup(v *Volume, f *findings, vc *volumeCtx, d blockdev.Device) {

@@ -22,6 +22,8 @@ type entry struct {
 	rdev   [2]uint32
 	size   int64
 	nlink  uint64
+	// dev and ino identify the file at the entry (a bind's source).
+	dev, ino uint64
 }
 
 func (in *inspector) statEntry(dirRel, name string) (entry, error) {
@@ -49,7 +51,7 @@ func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 			return fmt.Errorf("stat %q in %q: %w", name, dir.Name(), err)
 		}
 		e = entry{exists: true, kind: isolation.FileKind(st.Mode), size: st.Size, nlink: uint64(st.Nlink),
-			rdev: [2]uint32{unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))}}
+			rdev: [2]uint32{unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))}, dev: uint64(st.Dev), ino: st.Ino}
 		return nil
 	})
 	return e, err
@@ -73,3 +75,5 @@ func deviceExists(sysRoot string, dev [2]uint32) bool {
 	_, err := os.Lstat(filepath.Join(sysRoot, "dev", "block", fmt.Sprintf("%d:%d", dev[0], dev[1])))
 	return err == nil
 }
+
+func devNumber(maj, min uint32) uint64 { return unix.Mkdev(maj, min) }

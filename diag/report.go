@@ -29,10 +29,12 @@ const (
 	StaleSource       Verdict = "stale-source"
 	Stacked           Verdict = "stacked"
 	NotPropagated     Verdict = "not-propagated"
+	StaleOpen         Verdict = "stale-open"
 	WrongDevice       Verdict = "wrong-device"
 	NotAllowed        Verdict = "not-allowed"
 	NeedsFSExpand     Verdict = "needs-fs-expand"
 	ExpandPending     Verdict = "expand-pending"
+	NotOpen           Verdict = "not-open"
 	OK                Verdict = "ok"
 	Orphan            Verdict = "orphan"
 )
@@ -94,6 +96,11 @@ type Volume struct {
 	Target  string       `json:"target,omitempty"`
 	Mount   *MountEntry  `json:"mount,omitempty"`
 	Device  *DeviceCheck `json:"device,omitempty"`
+	// QEMU is what the launcher's QEMU holds of the target: "open",
+	// "not-open", "stale-open", or "no QEMU found" with why; empty when
+	// not asked (nothing mounted, or no launcher).
+	QEMU       string `json:"qemu,omitempty"`
+	QEMUDetail string `json:"qemuDetail,omitempty"`
 	Sizes   Sizes        `json:"sizes"`
 	Verdict Verdict      `json:"verdict"`
 	// RefusalReason is the refused verdict's reason code: the reason label

@@ -19,6 +19,8 @@ type findings struct {
 	stale       string            // why the mount or node's source is gone or another
 	stacked     int               // mounts on the target, when more than one
 	notSeen     string            // the launcher does not see the bind, and why
+	staleOpen   string            // QEMU holds what is no longer the volume's
+	notOpen     string            // QEMU runs but has not opened the volume
 	wrongDevice string            // node vs published device
 	notAllowed  string            // the device cgroup rule is missing
 	needsExpand bool
@@ -48,6 +50,8 @@ func judge(v *Volume, f *findings) {
 		verdict, detail = Stacked, fmt.Sprintf("%d mounts are stacked on %s", f.stacked, f.target)
 	case f.notSeen != "":
 		verdict, detail = NotPropagated, f.notSeen
+	case f.staleOpen != "":
+		verdict, detail = StaleOpen, f.staleOpen
 	case f.wrongDevice != "":
 		verdict, detail = WrongDevice, f.wrongDevice
 	case f.notAllowed != "":
@@ -56,6 +60,8 @@ func judge(v *Volume, f *findings) {
 		verdict, detail = NeedsFSExpand, fmt.Sprintf("the device is larger than its filesystem by more than %d MiB", mount.GrowSlackBytes>>20)
 	case f.notGrown != "":
 		verdict, detail = ExpandPending, f.notGrown
+	case f.notOpen != "":
+		verdict, detail = NotOpen, f.notOpen
 	}
 	v.Verdict, v.Hint = verdict, hintFor(verdict, f)
 	if v.Detail == "" {
@@ -97,6 +103,10 @@ func hintFor(verdict Verdict, f *findings) string {
 		return "the launcher's device cgroup does not allow the device: check the agent's --cgroup-root/--cgroup-mode and its logs; it re-adds the rule on its next reconcile"
 	case ExpandPending:
 		return expandPendingHint
+	case StaleOpen:
+		return "QEMU still holds the file or device the volume had before it was replaced (e.g. a storage re-attach): the guest's I/O goes to a disk that is gone, so the VM pauses on I/O errors or reads stale data; no remount reaches QEMU: unplug and plug the volume again (virtctl removevolume/addvolume) or restart the VM; hpmount never acts on QEMU"
+	case NotOpen:
+		return "QEMU has not opened the volume: expected until KubeVirt attaches the disk to the domain; if it stays, check the VMI's conditions and virt-handler's logs"
 	case NeedsFSExpand:
 		return fmt.Sprintf("the filesystem is smaller than its device: look for a FilesystemExpansionFailed Event on the VMI (the agent grows it unless --grow-filesystems=false), or run `xfs_growfs %s` (xfs) / `resize2fs <device>` (ext4)", f.target)
 	}

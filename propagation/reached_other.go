@@ -21,3 +21,7 @@ func (i Ident) String() string { return fmt.Sprintf("device %d inode %d", i.Dev,
 func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Sight, uint64, error) {
 	return NoView, 0, fmt.Errorf("look into launcher %q: %w", launcher, errors.ErrUnsupported)
 }
+
+func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, error) {
+	return NoQEMU, "", fmt.Errorf("what QEMU holds: %w", errors.ErrUnsupported)
+}

@@ -1,0 +1,39 @@
+package propagation
+
+// Hold is what a launcher's QEMU holds of one entry of its hotplug-disks.
+type Hold int
+
+const (
+	// NoQEMU: no process of the launcher pod is QEMU (the VM is not
+	// running, or the pod's processes cannot be found).
+	NoQEMU Hold = iota
+	// NotOpen: QEMU runs but holds nothing under the entry's name: the
+	// disk is not attached to the domain (yet).
+	NotOpen
+	// Open: QEMU holds the volume's current file or device.
+	Open
+	// StaleOpen: QEMU holds a file or device under the entry's name that
+	// is no longer the volume's (it was replaced after QEMU opened it).
+	StaleOpen
+)
+
+// Current is what an entry of hotplug-disks is now, to compare with what
+// QEMU holds: the identity of the file bound there (a filesystem volume's
+// disk.img), or, for a block volume, the device number it publishes.
+type Current struct {
+	File   Ident
+	Device uint64
+	Block  bool
+}
+
+// Held tells what the QEMU process of launcher (its pod UID) holds open of
+// name in its hotplug-disks (a target name: "<vol>.img" or "<vol>"),
+// compared with cur. QEMU is a process of the pod whose command name
+// starts with "qemu" (qemu-kvm, qemu-system-*); its descriptors are read
+// through <Proc>/<pid>/fd, whose links spell the path as the process sees
+// it; those ending in the last two components of Dir and name
+// (".../kubevirt/hotplug-disks/<name>") are compared. The detail says what was found, for a person. Held
+// only reads /proc and never touches the process.
+func (v LauncherView) Held(launcher, name string, cur Current) (Hold, string, error) {
+	return v.held(launcher, name, cur)
+}
