@@ -93,16 +93,16 @@ type Volume struct {
 	ExpectedSource string `json:"expectedSource,omitempty"`
 	// Target is the host path of <volume>.img (Filesystem) or <volume>
 	// (Block, Directory) in the launcher's hotplug-disks directory.
-	Target  string       `json:"target,omitempty"`
-	Mount   *MountEntry  `json:"mount,omitempty"`
-	Device  *DeviceCheck `json:"device,omitempty"`
+	Target string       `json:"target,omitempty"`
+	Mount  *MountEntry  `json:"mount,omitempty"`
+	Device *DeviceCheck `json:"device,omitempty"`
 	// QEMU is what the launcher's QEMU holds of the target: "open",
 	// "not-open", "stale-open", or "no QEMU found" with why; empty when
 	// not asked (nothing mounted, or no launcher).
-	QEMU       string `json:"qemu,omitempty"`
-	QEMUDetail string `json:"qemuDetail,omitempty"`
-	Sizes   Sizes        `json:"sizes"`
-	Verdict Verdict      `json:"verdict"`
+	QEMU       string  `json:"qemu,omitempty"`
+	QEMUDetail string  `json:"qemuDetail,omitempty"`
+	Sizes      Sizes   `json:"sizes"`
+	Verdict    Verdict `json:"verdict"`
 	// RefusalReason is the refused verdict's reason code: the reason label
 	// the agent counts the same refusal under in hpmount_refusals_total.
 	RefusalReason string `json:"refusalReason,omitempty"`
