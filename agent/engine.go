@@ -51,6 +51,14 @@ type ObservedVolume struct {
 	// again cannot help, so the entry still counts as healthy; it is
 	// reported instead of MountedToPod.
 	NotPropagated bool
+	// StaleOpen: the launcher's QEMU holds, under the entry's name, a
+	// device or file that is no longer the volume's (a storage re-attach
+	// published it anew after QEMU opened it; harvester#11208). No mount
+	// reaches QEMU's descriptor: only an unplug and plug of the volume, or
+	// a restart of the VM, reopens it, so the agent reports it and never
+	// acts. StaleWhy says what QEMU holds, for a person.
+	StaleOpen bool
+	StaleWhy  string
 	// Block mode: the device number the node points at.
 	DeviceMajor, DeviceMinor uint32
 }

@@ -16,6 +16,10 @@ type Observer interface {
 	// VolumeState is the current state of one hotplug volume: one of the
 	// State* constants.
 	VolumeState(namespace, vmi, volume, mode, state string)
+	// VolumeStaleOpen is whether the launcher's QEMU holds a device or
+	// file that is no longer the volume's (ObservedVolume.StaleOpen); it
+	// is reported with every state but StateUnmounted.
+	VolumeStaleOpen(namespace, vmi, volume string, stale bool)
 	// VolumeSizes reports the sizes found by a growth check.
 	VolumeSizes(namespace, vmi, volume string, r GrowResult)
 	// Expansion is the outcome of a growth check: grown, unchanged, failed
@@ -82,6 +86,7 @@ func (NopObserver) OpAttempt(string, string, time.Duration)            {}
 func (NopObserver) Reconciled(time.Duration)                           {}
 func (NopObserver) SnapshotTaken(int, int, time.Duration)              {}
 func (NopObserver) VolumeState(string, string, string, string, string) {}
+func (NopObserver) VolumeStaleOpen(string, string, string, bool)       {}
 func (NopObserver) VolumeSizes(string, string, string, GrowResult)     {}
 func (NopObserver) Expansion(string)                                   {}
 func (NopObserver) Refusal(string)                                     {}

@@ -56,6 +56,9 @@ func (a *Agent) report(st *vmiState, ref *corev1.ObjectReference, log *slog.Logg
 		}
 		for _, v := range s.Volumes {
 			a.obs.VolumeState(ref.Namespace, ref.Name, v.Name, v.Mode, v.State)
+			if v.State != StateUnmounted {
+				a.obs.VolumeStaleOpen(ref.Namespace, ref.Name, v.Name, v.StaleOpen)
+			}
 			a.reportLatency(st, v)
 		}
 	}

@@ -19,6 +19,7 @@ const (
 	EventFilesystemExpanded = "FilesystemExpanded"
 	EventHotplugStuck       = "HotplugStuck"
 	EventNotPropagated      = "VolumeNotPropagated"
+	EventStaleOpen          = "VolumeStaleOpen"
 )
 
 // summaryInput is everything one pass decided and did for a launcher.
@@ -54,7 +55,12 @@ type summary struct {
 	Errs    []error
 }
 
-type volumeState struct{ Name, Mode, State string }
+type volumeState struct {
+	Name, Mode, State string
+	// StaleOpen: QEMU holds a device or file that is no longer the
+	// volume's (ObservedVolume.StaleOpen).
+	StaleOpen bool
+}
 
 type opReport struct {
 	Op     outcome.Op
@@ -120,8 +126,24 @@ func summarize(in summaryInput) summary {
 			rp = &r
 		}
 		s.volume(in, &in.Intents[i], rp)
+		s.staleOpen(findObserved(in.Observed, in.Intents[i].Name))
 	}
 	return s
+}
+
+// staleOpen reports a volume whose entry QEMU holds stale, on the state
+// volume just appended: a Warning once per message, and the flag behind
+// hpmount_volume_stale_open. A volume QEMU no longer holds stale clears
+// the Warning, so that it is sent again if the volume goes stale again.
+func (s *summary) staleOpen(o *ObservedVolume) {
+	v := &s.Volumes[len(s.Volumes)-1]
+	if o == nil || !o.StaleOpen {
+		s.Cleared = append(s.Cleared, onceKey(v.Name, EventStaleOpen))
+		return
+	}
+	v.StaleOpen = true
+	s.warn(v.Name, EventStaleOpen, fmt.Sprintf("Volume %s: QEMU holds a device or file that is no longer the volume's, so the guest's I/O goes to a disk that is gone: %s. "+
+		"No remount reaches QEMU: unplug and plug the volume (virtctl removevolume/addvolume) or restart the VM; hpmount never acts on QEMU", v.Name, o.StaleWhy))
 }
 
 // abandoned reports a call left stuck in the kernel. The volume is looked
@@ -167,7 +189,9 @@ func (s *summary) attached(r applied) {
 		if r.Result.Changed() {
 			s.normal(name, EventVolumeMounted, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod (%s)", name, r.Result))
 		}
-		if !r.Op.Observed.Healthy(r.Op.Intent.Desired.Mode) {
+		// A block node moved to a new device (a storage re-attach) is
+		// asked about soon too: QEMU may still hold the old one.
+		if !r.Op.Observed.Healthy(r.Op.Intent.Desired.Mode) || r.Result == outcome.Replaced {
 			s.Requeue = true
 		}
 	}
@@ -192,5 +216,5 @@ func (s *summary) detached(in summaryInput, r applied) {
 	if in.VMI.Status.VolumeStatusByName(name) != nil {
 		s.Status[name] = statusUpdate{kubevirt.PhaseUnMountedFromPod, kubevirt.ReasonUnMounted, fmt.Sprintf("Volume %s has been unmounted from virt-launcher pod", name)}
 	}
-	s.Volumes = append(s.Volumes, volumeState{name, string(r.Op.Observed.Mode), StateUnmounted})
+	s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: string(r.Op.Observed.Mode), State: StateUnmounted})
 }

@@ -75,22 +75,22 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 	switch {
 	case refusal != nil:
 		s.Events = append(s.Events, refusalEvent(name, refusal))
-		s.Volumes = append(s.Volumes, volumeState{name, mode, StateRefused})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateRefused})
 		return
 	case mounted && notSeen != "":
 		// QEMU would not find the volume: no MountedToPod, no latency.
 		s.warn(name, EventNotPropagated, fmt.Sprintf("Volume %s is mounted on the node but virt-launcher pod does not see it: %s", name, notSeen))
-		s.Volumes = append(s.Volumes, volumeState{name, mode, StateNotPropagated})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateNotPropagated})
 	case mounted:
 		s.Cleared = append(s.Cleared, onceKey(name, EventNotPropagated))
 		if in.ReportVolumeStatus && it.Status != nil && it.Status.Phase != kubevirt.PhaseMountedToPod && it.Status.Phase != kubevirt.PhaseReady {
 			s.Status[name] = statusUpdate{kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod", name)}
 		}
-		s.Volumes = append(s.Volumes, volumeState{name, mode, StateMounted})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateMounted})
 	case r != nil:
-		s.Volumes = append(s.Volumes, volumeState{name, mode, StateFailed})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateFailed})
 	default:
-		s.Volumes = append(s.Volumes, volumeState{name, mode, StatePending})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StatePending})
 	}
 	s.Cleared = append(s.Cleared, onceKey(name, EventHotplugRefused))
 }

@@ -71,6 +71,11 @@ var (
 		Labels: []string{"namespace", "vmi", "volume"},
 		Help:   "Size in bytes of the volume's disk.img, after the last growth check of the volume.",
 	}
+	descStaleOpen = Description{
+		Name: "hpmount_volume_stale_open", Type: TypeGauge,
+		Labels: []string{"namespace", "vmi", "volume"},
+		Help:   "1 while the launcher's QEMU holds, under the volume's name, a device or file that is no longer the volume's (a storage re-attach published it anew after QEMU opened it; hpmount diag says stale-open), else 0; only an unplug and plug or a VM restart clears it.",
+	}
 	descExpansions = Description{
 		Name: "hpmount_filesystem_expansions_total", Type: TypeCounter,
 		Labels: []string{"result"},
@@ -130,6 +135,7 @@ var descriptions = []Description{
 	descDeviceSize,
 	descFilesystemSize,
 	descDiskImageSize,
+	descStaleOpen,
 	descExpansions,
 	descRefusals,
 	descAttachLatency,

@@ -33,6 +33,7 @@
 //	hpmount_volume_device_size_bytes{namespace,vmi,volume}        gauge      size of the volume's block device at the last growth check
 //	hpmount_volume_filesystem_size_bytes{namespace,vmi,volume}    gauge      size of the volume's filesystem at the last growth check
 //	hpmount_volume_disk_image_size_bytes{namespace,vmi,volume}    gauge      size of the volume's disk.img at the last growth check
+//	hpmount_volume_stale_open{namespace,vmi,volume}               gauge      1 while the launcher's QEMU holds a device or file that is no longer the volume's (diag: stale-open), else 0
 //	hpmount_filesystem_expansions_total{result}                   counter    growth checks by outcome (grown, unchanged, failed, shrink-ignored)
 //	hpmount_refusals_total{reason}                                counter    volumes or launchers refused as unsafe or not belonging to their VMI, by reason
 //	hpmount_attach_latency_seconds{mode}                          histogram  from the VMI change that made a volume desired to the volume usable in the launcher, 50ms..10min buckets
@@ -45,7 +46,7 @@
 //
 // When a VMI leaves the node every series labelled with it is deleted, and
 // its volumes stop counting in hpmount_volumes. When a volume is reported
-// unmounted its size series are deleted. Descriptions returns this table as
+// unmounted its size and stale-open series are deleted. Descriptions returns this table as
 // data; a test keeps it, this comment and the registry in agreement.
 //
 // Useful queries:

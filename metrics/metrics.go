@@ -71,6 +71,7 @@ type Metrics struct {
 	deviceSize        *prometheus.GaugeVec
 	filesystemSize    *prometheus.GaugeVec
 	diskImageSize     *prometheus.GaugeVec
+	staleOpen         *prometheus.GaugeVec
 	expansions        *prometheus.CounterVec
 	refusals          *prometheus.CounterVec
 	attachLatency     *prometheus.HistogramVec
@@ -112,6 +113,7 @@ func New(version, commit string) *Metrics {
 		deviceSize:        gaugeVec(descDeviceSize),
 		filesystemSize:    gaugeVec(descFilesystemSize),
 		diskImageSize:     gaugeVec(descDiskImageSize),
+		staleOpen:         gaugeVec(descStaleOpen),
 		expansions:        counterVec(descExpansions),
 		refusals:          counterVec(descRefusals),
 		attachLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachLatency.Name, Help: descAttachLatency.Help,
@@ -177,6 +179,7 @@ func New(version, commit string) *Metrics {
 		m.deviceSize,
 		m.filesystemSize,
 		m.diskImageSize,
+		m.staleOpen,
 		m.expansions,
 		m.refusals,
 		m.attachLatency,
@@ -225,7 +228,8 @@ func (m *Metrics) SnapshotTaken(entries, unparsed int, d time.Duration) {
 }
 
 // VolumeState records the current state of one volume and moves it between
-// hpmount_volumes series. A volume reported unmounted loses its size series.
+// hpmount_volumes series. A volume reported unmounted loses its size and
+// stale-open series.
 func (m *Metrics) VolumeState(namespace, vmi, volume, mode, state string) {
 	now := modeState{normalizeMode(mode), state}
 	key := vmiKey{namespace, vmi}
@@ -251,7 +255,17 @@ func (m *Metrics) VolumeState(namespace, vmi, volume, mode, state string) {
 		m.deviceSize.Delete(labels)
 		m.filesystemSize.Delete(labels)
 		m.diskImageSize.Delete(labels)
+		m.staleOpen.Delete(labels)
 	}
+}
+
+// VolumeStaleOpen sets hpmount_volume_stale_open of one volume to 1 or 0.
+func (m *Metrics) VolumeStaleOpen(namespace, vmi, volume string, stale bool) {
+	v := 0.0
+	if stale {
+		v = 1
+	}
+	m.staleOpen.WithLabelValues(namespace, vmi, volume).Set(v)
 }
 
 // volumeGauge returns the cached hpmount_volumes child; m.mu is held.
@@ -320,6 +334,7 @@ func (m *Metrics) ForgetVMI(namespace, vmi string) {
 	m.deviceSize.DeletePartialMatch(labels)
 	m.filesystemSize.DeletePartialMatch(labels)
 	m.diskImageSize.DeletePartialMatch(labels)
+	m.staleOpen.DeletePartialMatch(labels)
 }
 
 func normalizeMode(mode string) string {

@@ -243,6 +243,38 @@ hpmount_volume_device_size_bytes{namespace="ns",vmi="vm2",volume="raw"} 5.368709
 	}
 }
 
+// TestVolumeStaleOpen: the gauge follows the agent's reports, and goes
+// with the volume's unmount and with its VMI.
+func TestVolumeStaleOpen(t *testing.T) {
+	m := New("dev", "none")
+	stale := func(vmi, volume string) float64 {
+		return testutil.ToFloat64(m.staleOpen.WithLabelValues("ns", vmi, volume))
+	}
+	m.VolumeStaleOpen("ns", "vm1", "raw", true)
+	m.VolumeStaleOpen("ns", "vm1", "data", false)
+	m.VolumeStaleOpen("ns", "vm2", "raw", true)
+	if stale("vm1", "raw") != 1 || stale("vm1", "data") != 0 {
+		t.Fatalf("stale-open raw %v data %v, want 1 and 0", stale("vm1", "raw"), stale("vm1", "data"))
+	}
+	m.VolumeStaleOpen("ns", "vm1", "raw", false)
+	if got := stale("vm1", "raw"); got != 0 {
+		t.Fatalf("cleared stale-open = %v, want 0", got)
+	}
+	m.VolumeState("ns", "vm1", "data", "Filesystem", agent.StateUnmounted)
+	if n := testutil.CollectAndCount(m.staleOpen); n != 2 {
+		t.Fatalf("%d series after data was unmounted, want 2", n)
+	}
+	m.ForgetVMI("ns", "vm1")
+	want := fmt.Sprintf(`
+# HELP hpmount_volume_stale_open %s
+# TYPE hpmount_volume_stale_open gauge
+hpmount_volume_stale_open{namespace="ns",vmi="vm2",volume="raw"} 1
+`, descStaleOpen.Help)
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "hpmount_volume_stale_open"); err != nil {
+		t.Fatalf("after ForgetVMI(ns, vm1): %v", err)
+	}
+}
+
 func TestExpansionAndRefusal(t *testing.T) {
 	m := New("dev", "none")
 	m.Expansion(agent.ExpansionGrown)
@@ -286,6 +318,7 @@ func exerciseAll(m *Metrics) {
 	m.SnapshotTaken(10, 1, time.Millisecond)
 	m.VolumeState("ns", "vm", "a", "Filesystem", agent.StateMounted)
 	m.VolumeSizes("ns", "vm", "a", agent.GrowResult{DeviceBytes: 1, FilesystemAfter: 1, DiskImageAfter: 1})
+	m.VolumeStaleOpen("ns", "vm", "a", false)
 	m.Expansion(agent.ExpansionUnchanged)
 	m.Refusal("r")
 	m.Migration(agent.MigrationTargetReady, time.Second)

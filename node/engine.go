@@ -41,6 +41,8 @@ type Engine struct {
 	// seen to receive.
 	view  propagation.LauncherView
 	sight sightMemo
+	// held remembers the entries QEMU was found not to hold stale.
+	held heldMemo
 	// gateMu guards the last propagation verdict.
 	gateMu  sync.Mutex
 	gateAt  time.Time
@@ -190,7 +192,8 @@ func refusal(err error) error {
 	return err
 }
 
-// Observe lists the launcher's file binds, directory binds and block nodes.
+// Observe lists the launcher's file binds, directory binds and block nodes,
+// and whether QEMU holds a stale one (held.go says when it is asked).
 func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
 	t, err := table(s)
 	if err != nil {
@@ -211,6 +214,10 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 				return nil, err
 			}
 			o.NotPropagated = err != nil
+			if o.StaleWhy, err = e.fileStaleOpen(launcher, f.Name, uint64(f.MountID)); err != nil {
+				return nil, err
+			}
+			o.StaleOpen = o.StaleWhy != ""
 		}
 		out = append(out, o)
 	}
@@ -224,7 +231,12 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 		return nil, err
 	}
 	for _, n := range nodes {
-		out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor})
+		why, err := e.staleOpen(launcher, n.Name, n.Name, entryKey{device: n.Device})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor,
+			StaleOpen: why != "", StaleWhy: why})
 	}
 	return out, nil
 }
@@ -329,6 +341,7 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 		return outcome.Unchanged, err
 	}
 	dir := hotplugDisks(launcher)
+	e.held.forget(growKey{launcher, o.Name})
 	if o.Mode != kubevirt.Block {
 		e.memo.forget(growKey{launcher, o.Name})
 		e.sight.forget(growKey{launcher, o.Name})
