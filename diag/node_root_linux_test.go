@@ -64,6 +64,7 @@ type vm struct {
 	name             string
 	launcher, attach types.UID
 	targetDir        string // relative to the kubelet root
+	l                *simnode.Launcher
 }
 
 // addVM creates a VMI whose hotplug volumes are vols, its launcher (pod and
@@ -74,7 +75,7 @@ func (e *env) addVM(name string, vols ...simnode.Volume) *vm {
 	e.must(err)
 	launcher, err := e.ctl.CreateLauncherPod(e.ctx, "default", name, obj.GetUID(), e.node.Name)
 	e.must(err)
-	_, err = e.node.StartLauncher(string(launcher.UID))
+	l, err := e.node.StartLauncher(string(launcher.UID))
 	e.must(err)
 	attach, err := e.ctl.CreateAttachmentPod(e.ctx, launcher, vols)
 	e.must(err)
@@ -86,7 +87,7 @@ func (e *env) addVM(name string, vols ...simnode.Volume) *vm {
 	}
 	_, err = e.ctl.ApplyVMI(e.ctx, spec)
 	e.must(err)
-	return &vm{name: name, launcher: launcher.UID, attach: attach.UID, targetDir: kubelet.HotplugDisksDir(string(launcher.UID))}
+	return &vm{name: name, launcher: launcher.UID, attach: attach.UID, targetDir: kubelet.HotplugDisksDir(string(launcher.UID)), l: l}
 }
 
 func (e *env) disk(name, fstype string, size int64) *simnode.Disk {
@@ -214,17 +215,14 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 	asked := e.addVM("asked", pending)
 	e.attachFS(asked, "pending", "pv-pending", e.disk("pending", "ext4", 64<<20), true)
 
-	// not-propagated: the launcher's compute container mounts
-	// hotplug-disks at KubeVirt's path with a private view, so it sees the
-	// empty target file instead of the bind.
+	// not-propagated: the launcher's compute container's view of
+	// hotplug-disks stops receiving the node's mounts before the bind
+	// (made private, the bind's copy gone), so it sees the empty target
+	// file instead of disk.img.
 	hidden := e.addVM("hidden", fsVol("unseen"))
+	_, err := hidden.l.Exec("mount --make-private " + kubevirt.HotplugDisksMountPath)
+	e.must(err)
 	e.attachFS(hidden, "unseen", "pv-unseen", e.disk("unseen", "ext4", 32<<20), true)
-	l, err := e.node.StartLauncher(string(hidden.launcher))
-	e.must(err)
-	_, err = l.Exec("mount -t tmpfs hidden-run /run && mkdir -p " + kubevirt.HotplugDisksMountPath +
-		" && mount --bind " + e.node.Path(hidden.targetDir) + " " + kubevirt.HotplugDisksMountPath +
-		" && mount --make-private " + kubevirt.HotplugDisksMountPath)
-	e.must(err)
 
 	for _, src := range []string{MountSourceFindmnt, MountSourceMountinfo} {
 		t.Run(src, func(t *testing.T) {

@@ -276,14 +276,16 @@ func (v *VM) WaitGone(ctx context.Context, vol simnode.Volume) error {
 }
 
 // RoundTrip writes a pattern through the launcher (its mount namespace and
-// device cgroup) and reads it back from the volume's source: disk.img via
-// a mount of the device, or the raw block device. It returns where it read.
+// device cgroup, at the path QEMU opens) and reads it back from the
+// volume's source: disk.img via a mount of the device, or the raw block
+// device. It returns where it read.
 func (v *VM) RoundTrip(vol simnode.Volume, pattern string) (string, error) {
 	off := int64(1 << 20)
 	if vol.Block {
 		off = 4096
 	}
-	script := fmt.Sprintf("printf %%s %q | dd of=%s bs=1 seek=%d conv=notrunc status=none && sync", pattern, v.Target(vol), off)
+	at := v.L.ContainerPath(filepath.Base(v.Target(vol)))
+	script := fmt.Sprintf("printf %%s %q | dd of=%s bs=1 seek=%d conv=notrunc status=none && sync", pattern, at, off)
 	if out, err := v.L.Exec(script); err != nil {
 		return "", fmt.Errorf("write %s through the launcher: %w %s", vol.Name, err, out)
 	}

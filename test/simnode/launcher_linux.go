@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/hpmount/hpmount/internal/sandbox"
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // Launcher is a virt-launcher stand-in: a process in a slave mount
@@ -50,7 +51,21 @@ func (n *Node) StartLauncher(uid string) (*Launcher, error) {
 	if err := os.WriteFile(filepath.Join(ctr, "cgroup.procs"), []byte(strconv.Itoa(l.Pid)), 0o644); err != nil {
 		return nil, fmt.Errorf("move launcher into %q: %w", ctr, err)
 	}
+	// The compute container's view: hotplug-disks at KubeVirt's path, a
+	// bind made in the slave namespace and so a slave too
+	// (HostToContainer), over a /run of the launcher's own.
+	mountIt := fmt.Sprintf("mount -t tmpfs simnode-run /run && mkdir -p %[1]s && mount --bind %[2]s %[1]s",
+		kubevirt.HotplugDisksMountPath, n.HotplugDisksDir(uid))
+	if out, err := p.Exec("", mountIt); err != nil {
+		return nil, fmt.Errorf("launcher %s: mount hotplug-disks at %s: %w %s", uid, kubevirt.HotplugDisksMountPath, err, out)
+	}
 	return l, nil
+}
+
+// ContainerPath is where the launcher's compute container, and QEMU in it,
+// opens an entry of its hotplug-disks.
+func (l *Launcher) ContainerPath(name string) string {
+	return filepath.Join(kubevirt.HotplugDisksMountPath, name)
 }
 
 // Exec runs a shell script in the launcher's mount namespace and device
