@@ -34,13 +34,28 @@ vet:
 test: deps tools vet build
 	set -o pipefail; HPMOUNT_REQUIRE_ROOT=1 HPMOUNT_BINARY=$(CURDIR)/bin/hpmount \
 	  $(GO) test -count=1 -p 1 -timeout 20m -json ./... | $(GO) run ./test/testsummary
+	$(call run-fuzz,$(FUZZTIME))
+
+# Fuzz targets (SECURITY.md), as package:target. Their seed corpora run with
+# every go test; make test also fuzzes each for FUZZTIME (about 20 s in
+# all), make fuzz for FUZZ_LONG each.
+FUZZ_TARGETS := ./mount:FuzzParseMountinfo ./mount:FuzzParseKernelLine ./diag:FuzzParseFindmnt \
+	./kubelet:FuzzValidName ./kubelet:FuzzPodVolumePaths ./kubevirt:FuzzDecodeVMI
+FUZZTIME ?= 3s
+FUZZ_LONG ?= 60s
+define run-fuzz
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  $(GO) test -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(1) "$${t%%:*}"; \
+	done
+endef
 
 # The long security run (SECURITY.md): TestAttachSwapRace with RACES swaps
 # of disk.img, its parent, the target and hotplug-disks for symlinks racing
-# Attach (make test runs 1,000).
+# Attach (make test runs 1,000), then every fuzz target for FUZZ_LONG.
 RACES ?= 10000
 fuzz: deps
 	HPMOUNT_REQUIRE_ROOT=1 HPMOUNT_RACES=$(RACES) $(GO) test -count=1 -run '^TestAttachSwapRace$$' -v ./mount/
+	$(call run-fuzz,$(FUZZ_LONG))
 
 bench: deps
 	HPMOUNT_REQUIRE_ROOT=1 $(GO) test -run '^$$' -bench . -benchmem ./...

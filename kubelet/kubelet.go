@@ -98,11 +98,19 @@ func validComponent(what, s string, max int) error {
 		return fmt.Errorf("%s %q: %w: contains NUL", what, s, isolation.ErrUnsafePath)
 	case strings.IndexByte(s, '/') >= 0:
 		return fmt.Errorf("%s %q: %w: contains \"/\"", what, s, isolation.ErrUnsafePath)
+	case strings.IndexFunc(s, isControl) >= 0:
+		// No name KubeVirt or the kubelet makes has one (volume names are
+		// DNS labels on the attachment pod); a newline or escape in a
+		// file name forges lines in logs, Events and diag's table.
+		return fmt.Errorf("%s %q: %w: contains a control character", what, s, isolation.ErrUnsafePath)
 	case len(s) > max:
 		return fmt.Errorf("%s %.40q...: %w: %d bytes, at most %d", what, s, isolation.ErrUnsafePath, len(s), max)
 	}
 	return nil
 }
+
+// isControl reports whether r is an ASCII control character (C0 or DEL).
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // validPodVolume validates a pod UID and a PV name before they become
 // path components.
@@ -126,7 +134,8 @@ type LauncherDir struct {
 const MaxTargets = 1024
 
 // IsTargetName reports whether name could be an entry hpmount makes in
-// hotplug-disks: a valid volume name, or one with ".img" appended.
+// hotplug-disks: a valid volume name (a block node or a directory target,
+// ".img" included), or one with ".img" appended (a file target).
 func IsTargetName(name string) bool {
-	return ValidName(strings.TrimSuffix(name, ".img")) == nil
+	return ValidName(name) == nil || ValidName(strings.TrimSuffix(name, ".img")) == nil
 }

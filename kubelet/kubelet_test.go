@@ -23,6 +23,17 @@ func TestValidName(t *testing.T) {
 		{"a/b", false},
 		{"../x", false},
 		{"a\x00b", false},
+		{"\x00", false},
+		{"a\nb", false},
+		{"disk\n", false},
+		{"a\rb", false},
+		{"a\x1bb", false},
+		{"a\x7fb", false},
+		{"a\tb", false},
+		{strings.Repeat("x", 300), false},
+		{"...", true},
+		{".img", true},
+		{"dísk", true},
 	} {
 		err := ValidName(tc.name)
 		if tc.ok != (err == nil) {
@@ -45,6 +56,30 @@ func TestPaths(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// TestIsTargetName: every entry hpmount makes for a valid volume is one
+// the listing of hotplug-disks recognises, ".img" (a directory or block
+// volume named ".img") included; unsafe names never are.
+func TestIsTargetName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"disk1", true},
+		{"disk1.img", true},
+		{".img", true},
+		{".img.img", true},
+		{strings.Repeat("x", MaxVolumeNameLen) + ".img", true},
+		{strings.Repeat("x", MaxVolumeNameLen+1) + ".img", false},
+		{"..", false},
+		{"..img", true},
+		{"a\nb.img", false},
+	} {
+		if got := IsTargetName(tc.name); got != tc.want {
+			t.Errorf("IsTargetName(%.30q) = %t, want %t", tc.name, got, tc.want)
 		}
 	}
 }

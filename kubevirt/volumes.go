@@ -142,6 +142,37 @@ func refuseCollisions(vols []HotplugVolume) {
 			hv.Refused = refusef(RefusedUnsafeName, "volume %q: its target %q in hotplug-disks is also the target of filesystem volume %q", hv.Name, hv.Name, other)
 		}
 	}
+	refuseDuplicates(vols)
+}
+
+// refuseDuplicates refuses every volume whose entry in hotplug-disks
+// another volume of the VMI also uses: the same name twice in
+// spec.volumes or spec.utilityVolumes. KubeVirt's webhook forbids it, but
+// the API server alone accepts it, and neither volume can then be told to
+// be the one the guest means: the agent would bind one claim, then the
+// other, onto the same target.
+func refuseDuplicates(vols []HotplugVolume) {
+	users := map[string]int{}
+	for _, hv := range vols {
+		if hv.Refused == nil {
+			users[hv.entry()]++
+		}
+	}
+	for i := range vols {
+		hv := &vols[i]
+		if n := users[hv.entry()]; n > 1 && hv.Refused == nil {
+			hv.Refused = refusef(RefusedUnsafeName, "volume %q: %d volumes of the VMI use %q in hotplug-disks", hv.Name, n, hv.entry())
+		}
+	}
+}
+
+// entry is the volume's name in hotplug-disks: <name>.img for a file
+// bind, the name itself for a block node or a directory.
+func (hv *HotplugVolume) entry() string {
+	if hv.Mode == Filesystem {
+		return kubelet.TargetName(hv.Name)
+	}
+	return hv.Name
 }
 
 func judgeVolume(vmi *VMI, name, claim string, dir bool, launcher *corev1.Pod, pods PodLookup) HotplugVolume {

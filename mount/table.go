@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -161,6 +162,11 @@ func parseLine(line string) (Info, error) {
 	if len(f) < sep+4 {
 		return i, fmt.Errorf("%d fields after the separator, want 3: %q", len(f)-sep-1, line)
 	}
+	if len(f) > sep+4 && slices.Contains(f[sep+1:], "-") {
+		// Trailing fields and a second "-": whether it or the first is the
+		// separator is a guess (moby takes the last one), so refuse.
+		return i, fmt.Errorf("ambiguous optional-fields separator: %q", line)
+	}
 	for k := range sep + 4 {
 		if f[k] == "" && k != sep+2 {
 			return i, fmt.Errorf("field %d is empty: %q", k+1, line)
@@ -195,9 +201,10 @@ func separator(f []string) int {
 	return -1
 }
 
-// ParseDev parses a device number written "MAJ:MIN".
+// ParseDev parses a device number written "MAJ:MIN", decimal digits only:
+// no blank around them, as the kernel and findmnt --json write it.
 func ParseDev(s string) (major, minor uint32, err error) {
-	maj, min, ok := strings.Cut(strings.TrimSpace(s), ":")
+	maj, min, ok := strings.Cut(s, ":")
 	ma, err1 := strconv.ParseUint(maj, 10, 32)
 	mi, err2 := strconv.ParseUint(min, 10, 32)
 	if !ok || err1 != nil || err2 != nil {

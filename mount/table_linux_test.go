@@ -56,7 +56,10 @@ func fromMoby(m *mountinfo.Info) Info {
 	i := Info{ID: m.ID, Parent: m.Parent, Major: uint32(m.Major), Minor: uint32(m.Minor),
 		Root: m.Root, MountPoint: m.Mountpoint, Options: m.Options,
 		FSType: m.FSType, Source: m.Source, SuperOptions: m.VFSOptions}
-	i.SetOptionalFields(strings.Fields(m.Optional))
+	// moby joins the optional fields with single spaces: split at those
+	// only, as the kernel separates them (strings.Fields would also split
+	// at a tab or carriage return inside a field).
+	i.SetOptionalFields(strings.Split(m.Optional, " "))
 	return i
 }
 

@@ -74,6 +74,9 @@ func TestParseRejectsMalformed(t *testing.T) {
 		{"empty optional field", "1 1 8:1 / / rw shared:1  - ext4 /dev/a rw"},
 		{"empty type", "1 1 8:1 / / rw -  /dev/a rw"},
 		{"empty super options", "1 1 8:1 / / rw - ext4 /dev/a "},
+		{"blank in the device", "1 1 8:1\v / / rw - ext4 /dev/a rw"},
+		{"second separator after trailing fields", "0 0 0:0 0 0 0 - 0  -   0"},
+		{"source - and trailing fields", "1 1 8:1 / / rw - tmpfs - rw x y"},
 		{"too many fields", "1 1 8:1 / / rw" + strings.Repeat(" shared:1", 30) + " - ext4 /dev/a rw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
