@@ -26,7 +26,9 @@ type apiView struct {
 	// claims are the PV names of the claims listed, by namespace/name; ""
 	// for a claim that is not bound.
 	claims map[string]string
-	c      Clients
+	// storage is the storage side of the PVs (storage.go).
+	storage *storageView
+	c       Clients
 }
 
 // collect lists the VMIs of the node and the pods they refer to.
@@ -64,6 +66,7 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 	if err := cl.listClaims(ctx, ns); err != nil {
 		return nil, cannotRun("list PersistentVolumeClaims", err)
 	}
+	cl.storage = collectStorage(ctx, c)
 	return cl, nil
 }
 

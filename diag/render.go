@@ -137,6 +137,7 @@ func renderTable(w io.Writer, r *Report, wide bool) error {
 		writeGrid(&b, ocols, orows, wide)
 	}
 	writeMigrations(&b, r, wide)
+	writeStorage(&b, r, wide)
 	writeHints(&b, r, wide)
 	for _, s := range r.Warnings {
 		writeLine(&b, "warning: "+s, wide)

@@ -54,6 +54,9 @@ type Report struct {
 	Orphans     []OrphanEntry    `json:"orphans"`
 	// Problems counts volumes whose verdict is not ok, plus orphans.
 	Problems int `json:"problems"`
+	// Storage says which storage-side objects (VolumeAttachments, Longhorn)
+	// could be read.
+	Storage StorageSources `json:"storage"`
 	// Warnings are limits of this run that did not stop it, e.g. orphans
 	// not searched because VMIs of other namespaces could not be listed.
 	Warnings []string `json:"warnings,omitempty"`
@@ -110,6 +113,10 @@ type Volume struct {
 	Hint string `json:"hint,omitempty"`
 	// Detail is the underlying finding or error, verbatim.
 	Detail string `json:"detail,omitempty"`
+	// Storage is what attaches the volume's PV to the node: its
+	// VolumeAttachments and its Longhorn volume (storage.go); absent when
+	// nothing is known.
+	Storage *Storage `json:"storage,omitempty"`
 }
 
 // PodRef names a pod; Publishes is set for an attachment pod and says

@@ -8,3 +8,10 @@ import _ "embed"
 //
 //go:embed virtualmachineinstances.yaml
 var VirtualMachineInstances []byte
+
+// Longhorn holds the CRDs of Longhorn's Volume and VolumeAttachment
+// (longhorn.io/v1beta2), both with a status subresource, as two YAML
+// documents.
+//
+//go:embed longhorn.yaml
+var Longhorn []byte
