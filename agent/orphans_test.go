@@ -24,6 +24,12 @@ func TestSweepOrphans(t *testing.T) {
 		{"launcher pod deleted while the agent was down", nil, "gone-uid", true},
 		{"launcher pod terminated", []*corev1.Pod{launcherPod(terminated)}, "terminated-uid", true},
 		{"running launcher is never touched", []*corev1.Pod{launcherPod()}, launcherUID, false},
+		// Any pod can have an emptyDir named hotplug-disks: while it is
+		// cached, only a virt-launcher's is swept.
+		{"terminated tenant pod that is not a launcher", []*corev1.Pod{launcherPod(terminated, notLauncher)}, "terminated-uid", false},
+		{"running tenant pod that is not a launcher", []*corev1.Pod{launcherPod(notLauncher)}, launcherUID, false},
+		{"terminated tenant pod without labels", []*corev1.Pod{launcherPod(terminated, func(p *corev1.Pod) { p.Labels = nil })}, "terminated-uid", false},
+		{"terminated launcher of another VMI", []*corev1.Pod{launcherPod(terminated, func(p *corev1.Pod) { p.Labels[kubevirt.LabelCreatedBy] = "other-vmi" })}, "terminated-uid", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,4 +49,10 @@ func TestSweepOrphans(t *testing.T) {
 			}
 		})
 	}
+}
+
+// notLauncher makes a pod another tenant's: labelled as some app, not as
+// KubeVirt's virt-launcher.
+func notLauncher(p *corev1.Pod) {
+	p.Labels = map[string]string{kubevirt.LabelApp: "my-db", kubevirt.LabelCreatedBy: p.Labels[kubevirt.LabelCreatedBy]}
 }
