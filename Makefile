@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
-.PHONY: all build deps tools test unit vet bench bench-node demo fuzz clean
+.PHONY: all build deps tools test unit vet bench bench-node demo fuzz chart clean
 
 all: build
 
@@ -68,6 +68,11 @@ bench-node: deps tools build
 
 demo: deps tools build
 	$(GO) run ./test/demo --binary $(CURDIR)/bin/hpmount
+
+# deploy/chart from the kustomize renders of deploy/ (deploy/README.md);
+# test/manifests fails while the checked-in chart differs from it.
+chart:
+	$(GO) run ./test/chartgen
 
 clean:
 	rm -rf bin
