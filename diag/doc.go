@@ -107,6 +107,41 @@
 // namespaces only launchers of the listed VMIs are searched (a warning says
 // so); with VMI names given, only their launchers.
 //
+// # The storage side
+//
+// For each volume whose PV is known, diag also shows what attaches that PV
+// to the node (storage.go), read with one list per kind and only read:
+//
+//   - the storage.k8s.io VolumeAttachment of the PV on this node (attached,
+//     attachError, detachError, being deleted) and those on other nodes;
+//   - when longhorn.io/v1beta2 serves volumes and volumeattachments (asked
+//     of discovery first), the Longhorn Volume of the PV (by
+//     status.kubernetesStatus.pvName, else by name): status.state,
+//     robustness, currentNodeID, currentMigrationNodeID; and its Longhorn
+//     VolumeAttachment's spec.attachmentTickets (id, type: who asked, such
+//     as csi-attacher, snapshot-controller, backup-controller,
+//     longhorn-upgrader; nodeID) with status.attachmentTicketStatuses
+//     (satisfied only for the ticket's own generation, as
+//     longhorn-manager's IsAttachmentTicketSatisfied; the Satisfied
+//     condition's reason and message).
+//
+// storage.problem names, in one sentence, a Longhorn volume attached to
+// another node (not its migration target; an rwx volume that is not
+// migratable is a share manager's and is not judged), the tickets that hold
+// it there and this node's ticket that waits (a detach stuck behind another
+// ticket), a faulted volume, a VolumeAttachment's attach or detach error, a
+// detach from another node that has not finished, or the PV attached to
+// another node and not here. It adds no verdict: the node side decides the
+// verdict, and when it is not-mounted, dead-source, stale-source,
+// stale-open, wrong-device or error, the problem leads the hint ("the
+// storage side explains it: ..."), since it is the cause to fix first. An
+// ok volume keeps ok; its storage line still shows the problem.
+//
+// All of it is optional: when the Longhorn CRDs are absent, or RBAC
+// forbids these reads (they are granted by the separate ClusterRole of
+// deploy/storage-view), report.storage says so in one note and the run
+// goes on.
+//
 // # Exit codes
 //
 // ExitCode(report, err): 0 every volume ok and no orphan, 1 problems found
@@ -127,14 +162,26 @@
 //	           mount: {id, source, fsRoot, target, fsType, majMin, propagation, stacked},
 //	           device: {node, published, cgroupAllowed}        (Block only)
 //	           sizes: {pvcCapacity, blockDevice, filesystem, filesystemStatfs, diskImage},
-//	           verdict, hint, detail
+//	           verdict, hint, detail,
+//	           storage: {volumeAttachment: {name, attacher, node, attached, deleting,
+//	                                        attachError, detachError},
+//	                     elsewhere: [same, other nodes],
+//	                     longhorn: {namespace, name, accessMode, migratable, state, robustness,
+//	                                currentNode, currentMigrationNode,
+//	                                tickets: [{id, type, node, satisfied, message}]},
+//	                     problem}                              (absent when unknown)
 //	orphans: - launcherPodUID, launcherPod, name, kind (mount|block-node),
 //	           target, mount, device, verdict (orphan), hint
 //	problems: N
+//	storage: {volumeAttachments, longhorn ("read"|"absent"|"forbidden"|"error"), note}
 //	warnings: [...]
 //
 // The table format fits 120 columns (NAMESPACE/VMI, VOLUME, MODE, PHASE,
 // VERDICT, SOURCE[FSROOT] truncated in the middle, SIZE = PVC capacity) with
 // the hints below it; wide adds TARGET, MAJ:MIN, PROPAGATION, STACKED,
-// ATTACH-POD, DEVICE/FS/IMG sizes and HINT and is not width-limited.
+// ATTACH-POD, DEVICE/FS/IMG sizes and HINT and is not width-limited. Below
+// the grid, "storage: <note>" when a storage source was not read, and one
+// "storage <ns>/<vmi> <volume>: ..." line per volume with a storage side
+// (VolumeAttachment, Longhorn state/robustness and node, tickets as
+// type@node satisfied|waiting, then PROBLEM: ...).
 package diag
