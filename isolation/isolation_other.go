@@ -24,6 +24,11 @@ func FollowLinkBeneath(root *os.File, rootPaths []string, rel string, how How) (
 	return nil, fmt.Errorf("follow %q: %w", rel, errors.ErrUnsupported)
 }
 
+// ReadLinkBeneath is only supported on Linux.
+func ReadLinkBeneath(root *os.File, rootPaths []string, rel string) (string, error) {
+	return "", fmt.Errorf("read link %q: %w", rel, errors.ErrUnsupported)
+}
+
 // MountID is only supported on Linux.
 func MountID(f *os.File) (uint64, error) { return 0, errors.ErrUnsupported }
 

@@ -18,33 +18,46 @@ import (
 // the root really is). The target is then resolved like any other path
 // beneath root: no further symlink is followed.
 func FollowLinkBeneath(root *os.File, rootPaths []string, rel string, how How) (*os.File, error) {
+	inside, err := ReadLinkBeneath(root, rootPaths, rel)
+	if err != nil {
+		return nil, err
+	}
+	return OpenBeneath(root, inside, how)
+}
+
+// ReadLinkBeneath reads the symlink at rel beneath root (its directories
+// resolved without following any link) and returns its target relative to
+// root, provided the target is an absolute, clean path inside one of
+// rootPaths. A caller that requires one exact target compares it and opens
+// that path with OpenBeneath: the link is read once.
+func ReadLinkBeneath(root *os.File, rootPaths []string, rel string) (string, error) {
 	dir, name := path.Split(rel)
 	parent := root
 	if dir != "" {
 		p, err := OpenBeneath(root, strings.TrimSuffix(dir, "/"), How{Flags: unix.O_PATH | unix.O_DIRECTORY})
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		defer p.Close()
 		parent = p
 	}
 	if err := checkRelative(name); err != nil {
-		return nil, fmt.Errorf("read link %q beneath %q: %w", rel, root.Name(), err)
+		return "", fmt.Errorf("read link %q beneath %q: %w", rel, root.Name(), err)
 	}
 	target, err := readlinkat(int(parent.Fd()), name)
 	if err != nil {
-		return nil, fmt.Errorf("read link %q beneath %q: %w", rel, root.Name(), err)
+		return "", fmt.Errorf("read link %q beneath %q: %w", rel, root.Name(), err)
 	}
 	var inside string
 	for _, rp := range rootPaths {
 		if inside, err = relativeInside(rp, target); err == nil {
-			return OpenBeneath(root, inside, how)
+			return inside, nil
 		}
 	}
 	if err == nil {
 		err = fmt.Errorf("%w: no root path to resolve %q against", ErrUnsafePath, target)
 	}
-	return nil, fmt.Errorf("link %q beneath %q: %w", rel, root.Name(), err)
+	return "", fmt.Errorf("link %q beneath %q: %w", rel, root.Name(), err)
 }
 
 // relativeInside returns target relative to root when target is an absolute,

@@ -83,10 +83,13 @@ func csiFirst(names []string) []string {
 
 // OpenPublishedDevice opens, O_PATH, what the kubelet published for pod
 // podUID's block volume pvName: pods/<uid>/volumeDevices/<plugin>/<pv> is a
-// kubelet-made symlink to the CSI publish file, on which the driver
-// bind-mounted the device node. The link is followed only while it stays
-// inside the root; nothing below it is followed. The caller checks that
-// the file is a block device. A volume not there wraps ErrNotPublished.
+// kubelet-made symlink to the CSI publish file of this very volume and pod
+// (CSIPublishFile), on which the driver bind-mounted the device node. A
+// link to anything else, even inside the root (another pod's or another
+// PV's publish file, a device node), was not made by the kubelet for this
+// volume and is refused with isolation.ErrUnsafePath; nothing below the
+// link is followed. The caller checks that the file is a block device. A
+// volume not there wraps ErrNotPublished.
 func OpenPublishedDevice(r Root, podUID, pvName string) (*os.File, error) {
 	if err := validPodVolume(podUID, pvName); err != nil {
 		return nil, fmt.Errorf("find published device: %w", err)
@@ -107,7 +110,7 @@ func OpenPublishedDevice(r Root, podUID, pvName string) (*os.File, error) {
 	}
 	sort.Strings(plugins)
 	for _, plugin := range plugins {
-		f, err := openPublished(root, r, path.Join(dir, plugin, pvName))
+		f, err := openPublished(root, r, path.Join(dir, plugin, pvName), CSIPublishFile(pvName, podUID))
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
@@ -116,21 +119,28 @@ func OpenPublishedDevice(r Root, podUID, pvName string) (*os.File, error) {
 	return nil, notPublished
 }
 
-// openPublished follows the kubelet's link at rel. The kubelet spells its
-// target with the root as configured; with a symlinked root that differs
-// from the resolved Path, and both spellings name the same tree.
-func openPublished(root *os.File, r Root, rel string) (*os.File, error) {
+// openPublished follows the kubelet's link at rel, which must point at
+// publish (relative to the root). The kubelet spells its target with the
+// root as configured; with a symlinked root that differs from the resolved
+// Path, and both spellings name the same tree.
+func openPublished(root *os.File, r Root, rel, publish string) (*os.File, error) {
 	how := isolation.How{Flags: unix.O_PATH}
 	spellings := []string{r.Path}
 	if r.Configured != "" && r.Configured != r.Path {
 		spellings = append(spellings, r.Configured)
 	}
-	f, err := isolation.FollowLinkBeneath(root, spellings, rel, how)
+	target, err := isolation.ReadLinkBeneath(root, spellings, rel)
 	if errors.Is(err, unix.EINVAL) {
 		// Not a link: some plugins put the node itself here.
 		return isolation.OpenBeneath(root, rel, how)
 	}
-	return f, err
+	if err != nil {
+		return nil, err
+	}
+	if target != publish {
+		return nil, fmt.Errorf("link %q points to %q, not to the volume's publish file %q: %w", r.Abs(rel), r.Abs(target), r.Abs(publish), isolation.ErrUnsafePath)
+	}
+	return isolation.OpenBeneath(root, target, how)
 }
 
 // PublishedDevicePath names pod podUID's volumeDevices entry of block

@@ -79,15 +79,17 @@ func TestOpenPublishedDeviceUnderALinkedRoot(t *testing.T) {
 	r, err := ResolveRoot(nil, configured)
 	mustOK(t, err)
 
-	publish := CSIPublishFile("pv-1", "pod-a")
-	mustOK(t, os.MkdirAll(filepath.Join(real, filepath.Dir(publish)), 0o755))
-	mustOK(t, os.WriteFile(filepath.Join(real, publish), nil, 0o644))
+	for _, pv := range []string{"pv-1", "pv-2"} {
+		publish := CSIPublishFile(pv, "pod-a")
+		mustOK(t, os.MkdirAll(filepath.Join(real, filepath.Dir(publish)), 0o755))
+		mustOK(t, os.WriteFile(filepath.Join(real, publish), nil, 0o644))
+	}
 	mustOK(t, os.WriteFile(filepath.Join(dir, "host-disk"), nil, 0o644))
 	devices := filepath.Join(real, VolumeDevicesDir("pod-a"), "kubernetes.io~csi")
 	mustOK(t, os.MkdirAll(devices, 0o755))
 	for name, target := range map[string]string{
-		"pv-1":       filepath.Join(configured, publish), // as the kubelet writes it
-		"pv-2":       filepath.Join(real, publish),       // resolved spelling
+		"pv-1":       filepath.Join(configured, CSIPublishFile("pv-1", "pod-a")), // as the kubelet writes it
+		"pv-2":       filepath.Join(real, CSIPublishFile("pv-2", "pod-a")),       // resolved spelling
 		"pv-outside": filepath.Join(dir, "host-disk"),
 	} {
 		mustOK(t, os.Symlink(target, filepath.Join(devices, name)))
@@ -108,5 +110,54 @@ func TestOpenPublishedDeviceUnderALinkedRoot(t *testing.T) {
 		if f != nil {
 			f.Close()
 		}
+	}
+}
+
+// TestOpenPublishedDeviceRefusesForeignLinks: the volumeDevices entry of a
+// block volume must be the kubelet's link to this PV's publish file for this
+// pod. A link someone else made, even one that stays inside the kubelet
+// root, is refused before anything is opened: to another PV's or another
+// pod's publish file (another tenant's disk), to a pod's volume directory,
+// relative, with "..", to a host device; a link to the right file is
+// opened.
+func TestOpenPublishedDeviceRefusesForeignLinks(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	mustOK(t, err)
+	r := Root{Path: root, Configured: root}
+	for _, f := range []string{CSIPublishFile("pv-1", "pod-a"), CSIPublishFile("pv-other", "pod-a"), CSIPublishFile("pv-1", "pod-b"), "pods/pod-b/volumes/disk"} {
+		mustOK(t, os.MkdirAll(filepath.Join(root, filepath.Dir(f)), 0o755))
+		mustOK(t, os.WriteFile(filepath.Join(root, f), nil, 0o644))
+	}
+	devices := filepath.Join(root, VolumeDevicesDir("pod-a"), "kubernetes.io~csi")
+	mustOK(t, os.MkdirAll(devices, 0o755))
+	publish := filepath.Join(root, CSIPublishFile("pv-1", "pod-a"))
+	for _, tc := range []struct {
+		name, target string
+		ok           bool
+	}{
+		{"the kubelet's link", publish, true},
+		{"another PV's publish file", filepath.Join(root, CSIPublishFile("pv-other", "pod-a")), false},
+		{"another pod's publish file", filepath.Join(root, CSIPublishFile("pv-1", "pod-b")), false},
+		{"a file of another pod", filepath.Join(root, "pods/pod-b/volumes/disk"), false},
+		{"relative", "../../../../" + CSIPublishFile("pv-1", "pod-a"), false},
+		{"dot-dot inside the root", filepath.Join(root, "pods") + "/../" + CSIPublishFile("pv-1", "pod-a"), true},
+		{"the publish directory", filepath.Dir(publish), false},
+		{"a host device", "/dev/null", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			link := filepath.Join(devices, "pv-1")
+			_ = os.Remove(link)
+			mustOK(t, os.Symlink(tc.target, link))
+			f, err := OpenPublishedDevice(r, "pod-a", "pv-1")
+			if f != nil {
+				defer f.Close()
+			}
+			if tc.ok != (err == nil) {
+				t.Fatalf("link to %q: err = %v, want ok=%t", tc.target, err, tc.ok)
+			}
+			if !tc.ok && !errors.Is(err, isolation.ErrUnsafePath) {
+				t.Fatalf("link to %q: err = %v, want an unsafe-path refusal", tc.target, err)
+			}
+		})
 	}
 }

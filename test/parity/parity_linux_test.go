@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,6 +39,11 @@ type world struct {
 	// symlinkDisk publishes volume hp's disk.img as a symlink to a host
 	// file instead of a regular file.
 	symlinkDisk bool
+	// pending: the volumes are neither refused nor mounted, but wait.
+	pending bool
+	// decoy adds a claim named like volume hp, bound to pv-2, which the
+	// attachment pod also publishes: hp must still be c1's disk (pv-1).
+	decoy bool
 }
 
 func standard(vols ...kt.Vol) world {
@@ -92,6 +98,12 @@ func cases() map[string]world {
 		"unsafe volume name":  standard(kt.Vol{Name: "../../etc", Claim: "c1", AttachUID: kt.AttachUID}),
 		"unknown volume mode": standard(kt.Vol{Name: "hp", Claim: "c1", AttachUID: kt.AttachUID, Mode: "Tape"}),
 		"symlinked disk.img":  standard().with(func(w *world) { w.symlinkDisk = true }),
+		// Hostile API objects of issue #13.
+		"attachment pod that does not exist": standard(kt.Vol{Name: "hp", Claim: "c1", AttachUID: "no-such-pod"}).with(func(w *world) { w.pending = true }),
+		"volume name with NUL":               standard(kt.Vol{Name: "hp\x00x", Claim: "c1", AttachUID: kt.AttachUID}),
+		"volume name with newline":           standard(kt.Vol{Name: "hp\nx", Claim: "c1", AttachUID: kt.AttachUID}),
+		"volume name of 300 characters":      standard(kt.Vol{Name: strings.Repeat("h", 300), Claim: "c1", AttachUID: kt.AttachUID}),
+		"volume named like another claim":    standard().with(func(w *world) { w.decoy = true }),
 	}
 }
 
@@ -109,9 +121,16 @@ func TestDiagRefusesExactlyWhatTheAgentRefuses(t *testing.T) {
 				}
 				// Agreeing on "no refusal" must not pass because the agent
 				// did nothing: what it does not refuse, it mounts.
-				if fromAgent[v] == "" && states[v] != agent.StateMounted {
-					t.Errorf("volume %q: not refused, but the agent left it %q", v, states[v])
+				want := agent.StateMounted
+				if w.pending {
+					want = agent.StatePending
 				}
+				if fromAgent[v] == "" && states[v] != want {
+					t.Errorf("volume %q: not refused, the agent left it %q, want %q", v, states[v], want)
+				}
+			}
+			if w.decoy {
+				checkClaimNotVolumeName(t, root, fromDiag)
 			}
 			t.Logf("refusals: %v", fromAgent)
 		})
@@ -137,6 +156,11 @@ func publish(t *testing.T, w world) string {
 	for _, d := range []string{src, target} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
+	if w.decoy {
+		decoy := filepath.Join(root, kubelet.VolumesDir(string(kt.AttachUID)), "kubernetes.io~csi", "pv-2", "mount")
+		must(t, os.MkdirAll(decoy, 0o755))
+		must(t, os.WriteFile(filepath.Join(decoy, "disk.img"), make([]byte, 2<<20), 0o644))
+	}
 	if w.symlinkDisk {
 		must(t, os.WriteFile(filepath.Join(root, "host-secret"), []byte("secret"), 0o600))
 		must(t, os.Symlink(filepath.Join(root, "host-secret"), filepath.Join(src, "disk.img")))
@@ -149,6 +173,9 @@ func publish(t *testing.T, w world) string {
 
 func clients(t *testing.T, w world) (*kubefake.Clientset, *dynamicfake.FakeDynamicClient) {
 	objs := []runtime.Object{kt.PVC("c1", "pv-1")}
+	if w.decoy {
+		objs = append(objs, kt.PVC("hp", "pv-2"))
+	}
 	for _, p := range w.pods {
 		objs = append(objs, p)
 	}
@@ -156,6 +183,23 @@ func clients(t *testing.T, w world) (*kubefake.Clientset, *dynamicfake.FakeDynam
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{kubevirt.VMIResource: "VirtualMachineInstanceList"}, w.vmi.DeepCopy())
 	return kube, dyn
+}
+
+// checkClaimNotVolumeName: volume hp names claim c1 while a claim named hp
+// exists (bound to pv-2, published too). KubeVirt allows a volume and its
+// claim to differ; the claim is the claim: the agent bound c1's disk.img
+// (pv-1) and diag judged c1 and pv-1.
+func checkClaimNotVolumeName(t *testing.T, root string, fromDiag map[string]string) {
+	t.Helper()
+	var bound, want unix.Stat_t
+	must(t, unix.Stat(filepath.Join(root, kubelet.HotplugDisksDir(string(kt.LauncherUID)), "hp.img"), &bound))
+	must(t, unix.Stat(filepath.Join(root, kubelet.VolumesDir(string(kt.AttachUID)), "kubernetes.io~csi", "pv-1", "mount", "disk.img"), &want))
+	if bound.Ino != want.Ino || bound.Dev != want.Dev || bound.Size != 1<<20 {
+		t.Errorf("hp.img is inode %d (%d bytes), want pv-1's disk.img, inode %d", bound.Ino, bound.Size, want.Ino)
+	}
+	if fromDiag["hp"] != "" {
+		t.Errorf("diag refuses hp: %s", fromDiag["hp"])
+	}
 }
 
 func must(t *testing.T, err error) {
@@ -233,7 +277,7 @@ func eventRefusals(t *testing.T, kube *kubefake.Clientset, names []string) map[s
 			}
 			reason, rest, _ := strings.Cut(e.Message, ": ")
 			for _, n := range names {
-				if !strings.HasPrefix(rest, "volume ") || strings.HasPrefix(rest, `volume "`+n+`": `) {
+				if !strings.HasPrefix(rest, "volume ") || strings.HasPrefix(rest, "volume "+strconv.Quote(n)+": ") {
 					out[n] = reason
 				}
 			}
