@@ -373,3 +373,44 @@ func TestHarvesterAddon(t *testing.T) {
 		t.Error("chart with the addon's valuesContent renders no DaemonSet")
 	}
 }
+
+// TestGeneratorRefusesUntemplatable proves the generator fails, rather than
+// drop the change, on a Component doing what the chart cannot express.
+func TestGeneratorRefusesUntemplatable(t *testing.T) {
+	patch := func(kind, name, op string) string {
+		return fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n  - target: {kind: %s, name: %s}\n    patch: |-\n      - %s\n", kind, name, op)
+	}
+	tests := []struct{ name, component, wantErr string }{
+		{"changes the pod", patch("DaemonSet", name, "{op: add, path: /spec/template/spec/hostNetwork, value: true}"), "beyond appending args"},
+		{"rewrites an arg", patch("DaemonSet", name, "{op: replace, path: /spec/template/spec/containers/0/args/0, value: diag}"), "only appending"},
+		{"changes a base role", patch("ClusterRole", name, "{op: add, path: /rules/-, value: {apiGroups: [''], resources: [nodes], verbs: [get]}}"), "cannot template"},
+		{"appends an arg", patch("DaemonSet", name, "{op: add, path: /spec/template/spec/containers/0/args/-, value: --x}"), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range []string{"kustomization.yaml", "namespace.yaml", "rbac.yaml", "daemonset.yaml"} {
+				data, err := os.ReadFile(deployPath(t, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Mkdir(filepath.Join(dir, "c"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "c", "kustomization.yaml"), []byte(tc.component), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := GenerateChart(dir)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("generate: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("generate: error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
