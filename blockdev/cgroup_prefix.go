@@ -41,6 +41,33 @@ const (
 // its translated instructions (it uses maps or calls).
 var ErrNotReloadable = errors.New("device program cannot be reloaded unchanged")
 
+// ErrBlinded is wrapped when a device program reads back with blinded
+// constants: with net.core.bpf_jit_harden set, the kernel hands out the
+// JIT's rewritten instructions (each constant split through the hidden
+// register R11), which neither show hpmount's prefix nor load again. Such a
+// program cannot be changed faithfully, so it is not changed at all.
+var ErrBlinded = errors.New("device program reads back blinded (net.core.bpf_jit_harden): its instructions cannot be reloaded faithfully")
+
+// ErrLinkAttached is wrapped when a device program is attached through a
+// bpf_link: BPF_F_REPLACE swaps only programs attached with BPF_PROG_ATTACH,
+// and the link's owner, not hpmount, decides what it runs.
+var ErrLinkAttached = errors.New("device program is attached through a bpf_link and cannot be replaced")
+
+// regAX is BPF_REG_AX (R11), the kernel's hidden register: it appears in
+// translated instructions only where the JIT blinded a constant.
+const regAX = asm.Register(11)
+
+// CheckNotBlinded refuses instructions read back from the kernel that use
+// R11: blinded constants (see ErrBlinded).
+func CheckNotBlinded(insns asm.Instructions) error {
+	for i, in := range insns {
+		if in.Dst == regAX || in.Src == regAX {
+			return fmt.Errorf("instruction %d (%v) uses R11: %w", i, in, ErrBlinded)
+		}
+	}
+	return nil
+}
+
 // ErrBadPrefix is wrapped when a program starts with hpmount's marker but the
 // rest of the prefix does not parse.
 var ErrBadPrefix = errors.New("malformed hpmount device-program prefix")

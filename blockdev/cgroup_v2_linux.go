@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -198,12 +199,24 @@ func rewrapProgram(cgfd int, flags uint32, id ebpf.ProgramID, dev Device, allow 
 		opts.Flags = flags
 	}
 	if err := link.RawAttachProgram(opts); err != nil {
+		if errors.Is(err, unix.ENOENT) && stillAttached(cgfd, id) {
+			// The kernel found no program to replace, yet id is attached:
+			// it is a bpf_link's, which BPF_F_REPLACE never matches.
+			return fmt.Errorf("replace device program %d: %w", id, ErrLinkAttached)
+		}
 		if errors.Is(err, unix.ENOENT) {
 			return errReplaceRaced
 		}
 		return fmt.Errorf("replace device program %d (attach flags %#x): %w", id, flags, err)
 	}
 	return nil
+}
+
+// stillAttached reports whether program id is attached directly to the
+// cgroup cgfd.
+func stillAttached(cgfd int, id ebpf.ProgramID) bool {
+	_, ids, err := queryDevicePrograms(cgfd)
+	return err == nil && slices.Contains(ids, id)
 }
 
 func programInstructions(p *ebpf.Program) (asm.Instructions, error) {
@@ -217,6 +230,9 @@ func programInstructions(p *ebpf.Program) (asm.Instructions, error) {
 	insns, err := info.Instructions()
 	if err != nil {
 		return nil, fmt.Errorf("read translated instructions: %w", err)
+	}
+	if err := CheckNotBlinded(insns); err != nil {
+		return nil, err
 	}
 	return insns, nil
 }
