@@ -150,6 +150,11 @@ type storageEnv struct {
 func newStorageEnv(t *testing.T) *storageEnv {
 	testutil.RequiresRoot(t)
 	cl := cluster.Start(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("control plane logs:\n%s", cl.Logs(40))
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	if err := cl.InstallVMICRD(ctx); err != nil {

@@ -33,7 +33,7 @@ func startProcess(name, bin string, args []string, logPath string) (*process, er
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childProcAttr()
 	fmt.Fprintf(logFile, "+ %s %s\n", bin, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s %q: %w", name, bin, err)
 	}

@@ -2,8 +2,14 @@
 
 package cluster
 
-import "syscall"
+import (
+	"os/exec"
+	"syscall"
+)
 
 // childProcAttr has no parent-death signal outside Linux; Stop and
 // t.Cleanup are the only way children are ended there.
 func childProcAttr() *syscall.SysProcAttr { return nil }
+
+// startCmd starts cmd; without a parent-death signal any thread may fork.
+func startCmd(cmd *exec.Cmd) error { return cmd.Start() }
