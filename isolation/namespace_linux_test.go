@@ -110,3 +110,31 @@ func TestMountNamespaceAbandonsAStuckCall(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestCallAbandonedWritesNothing: a value comes back from a finished call;
+// an abandoned one returns the zero value, and its late result reaches no
+// variable of the caller (run with -race to see the difference).
+func TestCallAbandonedWritesNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ns, err := OpenMountNamespace("/proc/self/ns/mnt")
+	must(t, err)
+	defer ns.Close()
+	ns.SetTimeout(50 * time.Millisecond)
+	if v, err := Call(ns, func() (int, error) { return 7, nil }); v != 7 || err != nil {
+		t.Fatalf("Call = %d, %v; want 7", v, err)
+	}
+	release, finished := make(chan struct{}), make(chan struct{})
+	v, err := Call(ns, func() (int, error) {
+		defer close(finished)
+		<-release
+		return 9, nil
+	})
+	if v != 0 || !errors.Is(err, ErrStuck) {
+		t.Fatalf("abandoned Call = %d, %v; want 0 and ErrStuck", v, err)
+	}
+	close(release)
+	<-finished
+	if v != 0 {
+		t.Fatalf("the abandoned call's result reached the caller: %d", v)
+	}
+}

@@ -74,12 +74,13 @@ func (a *Attacher) sysRoot() string {
 	return a.SysRoot
 }
 
-// do runs fn in the host namespace, or here when NS is nil.
-func (a *Attacher) do(fn func() error) error {
+// inHost runs fn in a's host namespace (isolation.Call), or here when NS
+// is nil.
+func inHost[T any](a *Attacher, fn func() (T, error)) (T, error) {
 	if a.NS == nil {
 		return fn()
 	}
-	return a.NS.Do(fn)
+	return isolation.Call(a.NS, fn)
 }
 
 // Attach bind-mounts sourceDir/disk.img onto targetDir/<name>.img, both

@@ -71,32 +71,23 @@ func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (outcome.
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("attach to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	var res outcome.Result
-	err := a.do(func() error {
-		var err error
-		res, err = a.attachHere(t, sourceDir, targetDir, name)
-		return err
-	})
-	return res, err
+	return inHost(a, func() (outcome.Result, error) { return a.attachHere(t, sourceDir, targetDir, name) })
 }
 
 func (a *Attacher) checkSource(sourceDir string) (int64, error) {
-	var size int64
-	err := a.do(func() error {
+	return inHost(a, func() (int64, error) {
 		root, err := openKubeletRoot(a.KubeletRoot)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		defer root.Close()
 		src, err := a.openSource(nil, root, sourceDir)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		src.f.Close()
-		size = src.st.Size
-		return nil
+		return src.st.Size, nil
 	})
-	return size, err
 }
 
 func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
@@ -215,6 +206,22 @@ func openTargetDir(root *os.File, targetDir string) (*os.File, uint64, error) {
 		return nil, 0, err
 	}
 	return dir, id, nil
+}
+
+// existingTargetDir opens targetDir beneath the kubelet root. A targetDir
+// that does not exist is no directory and no error: there is nothing in it
+// to observe or detach.
+func (a *Attacher) existingTargetDir(targetDir string) (*os.File, uint64, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer root.Close()
+	dir, id, err := openTargetDir(root, targetDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	return dir, id, err
 }
 
 // openTarget opens file in dir as O_PATH without following a symlink; a
@@ -514,27 +521,13 @@ func (a *Attacher) detach(t *Table, targetDir, name string) (outcome.Result, err
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("detach from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	var res outcome.Result
-	err := a.do(func() error {
-		var err error
-		res, err = a.detachHere(t, targetDir, name)
-		return err
-	})
-	return res, err
+	return inHost(a, func() (outcome.Result, error) { return a.detachHere(t, targetDir, name) })
 }
 
 func (a *Attacher) detachHere(t *Table, targetDir, name string) (outcome.Result, error) {
-	root, err := openKubeletRoot(a.KubeletRoot)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	dir, dirID, err := openTargetDir(root, targetDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return outcome.Unchanged, nil
-	}
-	if err != nil {
-		return "", err
+	dir, dirID, err := a.existingTargetDir(targetDir)
+	if err != nil || dir == nil {
+		return outcome.Unchanged, err
 	}
 	defer dir.Close()
 	file := kubelet.TargetName(name)

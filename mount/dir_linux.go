@@ -25,13 +25,7 @@ func (a *Attacher) attachDir(t *Table, sourceDir, targetDir, name string) (outco
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("attach directory to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	var res outcome.Result
-	err := a.do(func() error {
-		var err error
-		res, err = a.attachDirHere(t, sourceDir, targetDir, name)
-		return err
-	})
-	return res, err
+	return inHost(a, func() (outcome.Result, error) { return a.attachDirHere(t, sourceDir, targetDir, name) })
 }
 
 func (a *Attacher) attachDirHere(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
@@ -258,27 +252,13 @@ func (a *Attacher) detachDir(t *Table, targetDir, name string) (outcome.Result, 
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("detach directory from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	var res outcome.Result
-	err := a.do(func() error {
-		var err error
-		res, err = a.detachDirHere(t, targetDir, name)
-		return err
-	})
-	return res, err
+	return inHost(a, func() (outcome.Result, error) { return a.detachDirHere(t, targetDir, name) })
 }
 
 func (a *Attacher) detachDirHere(t *Table, targetDir, name string) (outcome.Result, error) {
-	root, err := openKubeletRoot(a.KubeletRoot)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	dir, dirID, err := openTargetDir(root, targetDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return outcome.Unchanged, nil
-	}
-	if err != nil {
-		return "", err
+	dir, dirID, err := a.existingTargetDir(targetDir)
+	if err != nil || dir == nil {
+		return outcome.Unchanged, err
 	}
 	defer dir.Close()
 	file := kubelet.DirTargetName(name)
@@ -309,26 +289,12 @@ func (a *Attacher) detachDirHere(t *Table, targetDir, name string) (outcome.Resu
 }
 
 func (a *Attacher) observeDirs(t *Table, targetDir string) ([]Observed, error) {
-	var out []Observed
-	err := a.do(func() error {
-		var err error
-		out, err = a.observeDirsHere(t, targetDir)
-		return err
-	})
-	return out, err
+	return inHost(a, func() ([]Observed, error) { return a.observeDirsHere(t, targetDir) })
 }
 
 func (a *Attacher) observeDirsHere(t *Table, targetDir string) ([]Observed, error) {
-	root, err := openKubeletRoot(a.KubeletRoot)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	dir, dirID, err := openTargetDir(root, targetDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	dir, dirID, err := a.existingTargetDir(targetDir)
+	if err != nil || dir == nil {
 		return nil, err
 	}
 	defer dir.Close()

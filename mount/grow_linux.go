@@ -22,21 +22,9 @@ func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 	if err := kubelet.ValidName(name); err != nil {
 		return GrowResult{}, fmt.Errorf("grow %q: %w", label, err)
 	}
-	// The result comes back through a buffered channel, not a captured
-	// variable: past g.NS's timeout Do returns while the abandoned call
-	// still runs, and it must then write nowhere the caller reads.
-	out := make(chan GrowResult, 1)
-	err := g.NS.Do(func() error {
-		res, err := g.growInNamespace(t, targetDir, label, opts)
-		out <- res
-		return err
+	return isolation.Call(g.NS, func() (GrowResult, error) {
+		return g.growInNamespace(t, targetDir, label, opts)
 	})
-	select {
-	case res := <-out:
-		return res, err
-	default:
-		return GrowResult{}, err
-	}
 }
 
 func (g *Grower) growInNamespace(t *Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
@@ -297,8 +285,7 @@ func (g *Grower) sweep(t *Table) (int, error) {
 	}
 	slices.Sort(left)
 	left = slices.Compact(left)
-	// The errors are the call's own result, so that a call abandoned past
-	// g.NS's timeout writes nothing the caller reads.
+	// The errors are the call's own result (see isolation.Call).
 	err := g.NS.Do(func() error {
 		var errs []error
 		for _, mp := range left {

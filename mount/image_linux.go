@@ -10,13 +10,16 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 )
 
-func (a *Attacher) createDiskImage(sourceDir string, capacity int64, overhead float64) (size int64, created bool, err error) {
-	err = a.do(func() error {
-		var err error
-		size, created, err = a.createDiskImageHere(sourceDir, capacity, overhead)
-		return err
+func (a *Attacher) createDiskImage(sourceDir string, capacity int64, overhead float64) (int64, bool, error) {
+	type made struct {
+		size    int64
+		created bool
+	}
+	m, err := inHost(a, func() (made, error) {
+		size, created, err := a.createDiskImageHere(sourceDir, capacity, overhead)
+		return made{size, created}, err
 	})
-	return size, created, err
+	return m.size, m.created, err
 }
 
 func (a *Attacher) createDiskImageHere(sourceDir string, capacity int64, overhead float64) (int64, bool, error) {

@@ -13,26 +13,12 @@ import (
 )
 
 func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
-	var out []Observed
-	err := a.do(func() error {
-		var err error
-		out, err = a.observeHere(t, targetDir)
-		return err
-	})
-	return out, err
+	return inHost(a, func() ([]Observed, error) { return a.observeHere(t, targetDir) })
 }
 
 func (a *Attacher) observeHere(t *Table, targetDir string) ([]Observed, error) {
-	root, err := openKubeletRoot(a.KubeletRoot)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	dir, dirID, err := openTargetDir(root, targetDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	dir, dirID, err := a.existingTargetDir(targetDir)
+	if err != nil || dir == nil {
 		return nil, err
 	}
 	defer dir.Close()
