@@ -22,17 +22,14 @@ import (
 // kubelet.ErrNotPublished; anything there that is not a block device wraps
 // isolation.ErrUnsafePath.
 func (n *Nodes) PublishedDevice(podUID, pvName string) (Published, error) {
-	var p Published
-	err := n.NS.Do(func() error {
+	return isolation.Call(n.NS, func() (Published, error) {
 		f, err := kubelet.OpenPublishedDevice(n.Root, podUID, pvName)
 		if err != nil {
-			return err
+			return Published{}, err
 		}
 		defer f.Close()
-		p, err = statBlock(f)
-		return err
+		return statBlock(f)
 	})
-	return p, err
 }
 
 func statBlock(f *os.File) (Published, error) {
@@ -59,37 +56,49 @@ func (n *Nodes) Ensure(targetDir, name string, p Published) (outcome.Result, Dev
 	if err := p.Device.Validate(); err != nil {
 		return outcome.Unchanged, Device{}, err
 	}
-	result, old := outcome.Unchanged, Device{}
-	err := n.NS.Do(func() error {
+	c, err := isolation.Call(n.NS, func() (change, error) {
 		dir, err := n.openDir(targetDir)
 		if err != nil {
-			return err
+			return change{}, err
 		}
 		defer dir.Close()
 		dfd := int(dir.Fd())
 		var st unix.Stat_t
+		c := change{Result: outcome.Created}
 		switch err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
 		case errors.Is(err, unix.ENOENT):
-			result = outcome.Created
 		case err != nil:
-			return fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
+			return change{}, fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
 		case st.Mode&unix.S_IFMT != unix.S_IFBLK:
-			return fmt.Errorf("%q in %q: %w: exists and is not a block device (mode %o)", name, targetDir, isolation.ErrUnsafePath, st.Mode)
+			return change{}, fmt.Errorf("%q in %q: %w: exists and is not a block device (mode %o)", name, targetDir, isolation.ErrUnsafePath, st.Mode)
 		case unix.Major(st.Rdev) == p.Device.Major && unix.Minor(st.Rdev) == p.Device.Minor:
-			return n.fixOwner(dfd, targetDir, name, p, &st)
+			return change{}, n.fixOwner(dfd, targetDir, name, p, &st)
 		default:
 			if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-				return fmt.Errorf("remove stale node %q in %q: %w", name, targetDir, err)
+				return change{}, fmt.Errorf("remove stale node %q in %q: %w", name, targetDir, err)
 			}
-			result, old = outcome.Replaced, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+			c = change{outcome.Replaced, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}}
 		}
 		dev := unix.Mkdev(p.Device.Major, p.Device.Minor)
 		if err := unix.Mknodat(dfd, name, unix.S_IFBLK|p.Perm, int(dev)); err != nil {
-			return fmt.Errorf("mknod %q in %q as %d:%d: %w", name, targetDir, p.Device.Major, p.Device.Minor, err)
+			return change{}, fmt.Errorf("mknod %q in %q as %d:%d: %w", name, targetDir, p.Device.Major, p.Device.Minor, err)
 		}
-		return n.verifyAndOwn(dfd, targetDir, name, p)
+		return c, n.verifyAndOwn(dfd, targetDir, name, p)
 	})
-	return result, old, err
+	return c.result(), c.Dev, err
+}
+
+// change is what Ensure or Remove did to a node, and the device it had.
+type change struct {
+	Result outcome.Result
+	Dev    Device
+}
+
+func (c change) result() outcome.Result {
+	if c.Result == "" {
+		return outcome.Unchanged
+	}
+	return c.Result
 }
 
 // verifyAndOwn re-opens the new node without following links and checks it
@@ -137,53 +146,51 @@ func (n *Nodes) Remove(targetDir, name string) (outcome.Result, Device, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return outcome.Unchanged, Device{}, err
 	}
-	result, dev := outcome.Unchanged, Device{}
-	err := n.NS.Do(func() error {
+	c, err := isolation.Call(n.NS, func() (change, error) {
 		dir, err := n.openDir(targetDir)
 		if errors.Is(err, unix.ENOENT) {
-			return nil
+			return change{}, nil
 		}
 		if err != nil {
-			return err
+			return change{}, err
 		}
 		defer dir.Close()
 		var st unix.Stat_t
 		err = unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
 		if errors.Is(err, unix.ENOENT) {
-			return nil
+			return change{}, nil
 		}
 		if err != nil {
-			return fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
+			return change{}, fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
-			return fmt.Errorf("%q in %q: %w: not a block device, not removing it", name, targetDir, isolation.ErrUnsafePath)
+			return change{}, fmt.Errorf("%q in %q: %w: not a block device, not removing it", name, targetDir, isolation.ErrUnsafePath)
 		}
 		if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("remove node %q in %q: %w", name, targetDir, err)
+			return change{}, fmt.Errorf("remove node %q in %q: %w", name, targetDir, err)
 		}
-		result, dev = outcome.Removed, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
-		return nil
+		return change{outcome.Removed, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}}, nil
 	})
-	return result, dev, err
+	return c.result(), c.Dev, err
 }
 
 // Observe lists the block device nodes in targetDir. A missing directory
 // has none.
 func (n *Nodes) Observe(targetDir string) ([]Node, error) {
-	var nodes []Node
-	err := n.NS.Do(func() error {
+	return isolation.Call(n.NS, func() ([]Node, error) {
 		dir, err := n.openDir(targetDir)
 		if errors.Is(err, unix.ENOENT) {
-			return nil
+			return nil, nil
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer dir.Close()
 		entries, _, err := kubelet.ReadTargets(dir)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		var nodes []Node
 		for _, e := range entries {
 			name := e.Name()
 			if e.Type()&fs.ModeDevice == 0 || e.Type()&fs.ModeCharDevice != 0 {
@@ -197,9 +204,8 @@ func (n *Nodes) Observe(targetDir string) ([]Node, error) {
 				nodes = append(nodes, Node{Name: name, Device: Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}})
 			}
 		}
-		return nil
+		return nodes, nil
 	})
-	return nodes, err
 }
 
 func (n *Nodes) openDir(rel string) (*os.File, error) {
@@ -268,29 +274,27 @@ func (n *Nodes) recheck(targetDir, name string) (Device, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return Device{}, err
 	}
-	var dev Device
-	err := n.NS.Do(func() error {
+	return isolation.Call(n.NS, func() (Device, error) {
 		dir, err := n.openDir(targetDir)
 		if err != nil {
-			return err
+			return Device{}, err
 		}
 		defer dir.Close()
 		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("open node %q in %q: %w", name, targetDir, err)
+			return Device{}, fmt.Errorf("open node %q in %q: %w", name, targetDir, err)
 		}
 		defer unix.Close(fd)
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
-			return fmt.Errorf("stat node %q in %q: %w", name, targetDir, err)
+			return Device{}, fmt.Errorf("stat node %q in %q: %w", name, targetDir, err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
-			return fmt.Errorf("%q in %q: %w: not a block device", name, targetDir, isolation.ErrUnsafePath)
+			return Device{}, fmt.Errorf("%q in %q: %w: not a block device", name, targetDir, isolation.ErrUnsafePath)
 		}
-		dev = Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
-		return n.confirm(fd, dev)
+		dev := Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+		return dev, n.confirm(fd, dev)
 	})
-	return dev, err
 }
 
 // confirm checks the node's record against the disk that now has dev.

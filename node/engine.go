@@ -253,10 +253,8 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 		r, err := e.attachBlock(v)
 		return r, refusal(err)
 	}
-	var src string
-	err = e.ns.Do(func() (err error) {
-		src, err = kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
-		return err
+	src, err := isolation.Call(e.ns, func() (string, error) {
+		return kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
 	})
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
@@ -380,15 +378,14 @@ func (e *Engine) denyUnlessUsed(launcher types.UID, dev blockdev.Device) error {
 
 // Launchers lists the pod directories whose hotplug-disks holds an entry.
 func (e *Engine) Launchers(ctx context.Context, s agent.Snapshot) ([]types.UID, error) {
-	var uids []types.UID
-	err := e.ns.Do(func() error {
+	return isolation.Call(e.ns, func() ([]types.UID, error) {
 		dirs, err := kubelet.LauncherDirs(e.root)
+		var uids []types.UID
 		for _, d := range dirs {
 			if !d.Empty {
 				uids = append(uids, types.UID(d.UID))
 			}
 		}
-		return err
+		return uids, err
 	})
-	return uids, err
 }

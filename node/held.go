@@ -72,32 +72,27 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 	if e.held.has(k, entry) {
 		return "", nil
 	}
-	var hold propagation.Hold
-	var why string
-	err := e.ns.Do(func() error {
+	why, err := isolation.Call(e.ns, func() (string, error) {
 		cur := propagation.Current{Block: true, Device: devNumber(entry.device)}
 		if entry.mountID != 0 {
 			id, err := e.targetIdent(hotplugDisks(launcher), target)
 			if err != nil {
-				return nil // gone or unsafe meanwhile: the observe or attach says so
+				return "", nil // gone or unsafe meanwhile: the observe or attach says so
 			}
 			cur = propagation.Current{File: id}
 		}
 		h, detail, err := e.view.Held(string(launcher), target, cur)
 		if err != nil {
-			return nil // the pod's processes could not be listed: nothing told
+			return "", nil // the pod's processes could not be listed: nothing told
 		}
-		hold, why = h, detail
 		if h != propagation.StaleOpen {
 			e.held.put(k, entry)
+			return "", nil
 		}
-		return nil
+		return detail, nil
 	})
 	if errors.Is(err, isolation.ErrStuck) {
 		return "", stuck(err)
-	}
-	if hold != propagation.StaleOpen {
-		return "", nil
 	}
 	return why, nil
 }

@@ -62,20 +62,22 @@ func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, mountID 
 	if e.sight.has(k, mountID) {
 		return nil
 	}
-	var sight propagation.Sight
-	var why error
-	err := e.ns.Do(func() error {
-		var id uint64
-		sight, id, why = e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
-		if sight == propagation.Seen {
+	// why is the call's value: nil when the launcher sees the bind or
+	// nothing can be told.
+	why, err := isolation.Call(e.ns, func() (error, error) {
+		sight, id, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
+		switch sight {
+		case propagation.Seen:
 			e.sight.put(k, id)
+		case propagation.NotSeen:
+			return why, nil
 		}
-		return nil
+		return nil, nil
 	})
 	if errors.Is(err, isolation.ErrStuck) {
 		return stuck(err)
 	}
-	if err == nil && sight == propagation.NotSeen {
+	if why != nil {
 		return fmt.Errorf("%w: %w", agent.ErrNotPropagated, why)
 	}
 	return nil
