@@ -8,7 +8,6 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
-	"github.com/hpmount/hpmount/propagation"
 )
 
 // inspectDirectory judges a memory-dump or utility volume: the published
@@ -68,36 +67,12 @@ func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, tar
 	case want != nil && m != nil && m.Dev() != want.Dev():
 		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, want.Dev())
 	default:
-		in.checkSeenDir(v, f, string(vc.launcher.UID), targetDir)
+		in.checkSeen(v, f, string(vc.launcher.UID), targetDir, kubelet.DirTargetName(v.Volume))
 	}
 }
 
 // observedDir is the agent's observation of one directory target.
 func (in *inspector) observedDir(targetDir, name string) (*mount.Observed, error) {
 	all, err := in.attacher.ObserveDirs(in.table, targetDir)
-	if err != nil {
-		return nil, err
-	}
-	for i := range all {
-		if all[i].Name == name {
-			return &all[i], nil
-		}
-	}
-	return nil, nil
-}
-
-// checkSeenDir asks the launcher whether it sees the directory bind.
-func (in *inspector) checkSeenDir(v *Volume, f *findings, launcher, targetDir string) {
-	var sight propagation.Sight
-	var why error
-	err := in.ns.Do(func() error {
-		sight, _, why = in.view.Check(in.root.Path, targetDir, launcher, kubelet.DirTargetName(v.Volume))
-		return nil
-	})
-	switch {
-	case err != nil:
-		v.Detail = joinDetail(v.Detail, "launcher's view not checked: "+err.Error())
-	case sight == propagation.NotSeen:
-		f.notSeen = why.Error()
-	}
+	return named(all, name), err
 }

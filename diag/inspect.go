@@ -203,19 +203,20 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 	case want != nil && m != nil && (m.Dev() != want.Dev() || m.Root != wantRoot):
 		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s[%s] (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, wantRoot, want.Dev())
 	default:
-		in.checkSeen(v, f, string(vc.launcher.UID), targetDir)
+		in.checkSeen(v, f, string(vc.launcher.UID), targetDir, kubelet.TargetName(v.Volume))
 		in.checkHeld(v, f, string(vc.launcher.UID), file, propagation.Current{File: propagation.Ident{Dev: e.dev, Ino: e.ino}})
 		in.measure(v, f, targetDir)
 		f.notGrown = notGrownWhy(vc.hv.Status, v.Sizes.BlockDevice, f.needsExpand)
 	}
 }
 
-// checkSeen asks the launcher whether it sees the bind, as the agent does.
-func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir string) {
+// checkSeen asks the launcher whether it sees the bind on target (a file
+// or a directory), as the agent does.
+func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir, target string) {
 	var sight propagation.Sight
 	var why error
 	err := in.ns.Do(func() error {
-		sight, _, why = in.view.Check(in.root.Path, targetDir, launcher, kubelet.TargetName(v.Volume))
+		sight, _, why = in.view.Check(in.root.Path, targetDir, launcher, target)
 		return nil
 	})
 	switch {
@@ -278,15 +279,17 @@ func trimMountPoint(p, mp string) string {
 
 func (in *inspector) observed(targetDir, name string) (*mount.Observed, error) {
 	all, err := in.observeDir(targetDir)
-	if err != nil {
-		return nil, err
-	}
+	return named(all, name), err
+}
+
+// named is the observation of name among all, nil if none.
+func named(all []mount.Observed, name string) *mount.Observed {
 	for i := range all {
 		if all[i].Name == name {
-			return &all[i], nil
+			return &all[i]
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // observeDir lists a launcher's file binds once per run: every volume of
