@@ -121,16 +121,21 @@ func (d *demo) showLauncher() error {
 	return nil
 }
 
-// showDiag runs `hpmount diag` as an operator would on the node.
-func (d *demo) showDiag() error {
-	args := []string{"diag", "-o", "table", "--all",
+// diagArgs is `hpmount diag` with args and the flags that point it at the
+// demo's node, as an operator's would at theirs.
+func (d *demo) diagArgs(args ...string) []string {
+	return append(append([]string{"diag"}, args...),
 		"--node-name", nodeName,
 		"--kubelet-root", d.node.KubeletRoot,
 		"--host-pid", strconv.Itoa(os.Getpid()),
 		"--cgroup-root", d.node.CgroupRoot,
 		"--cgroup-mode", "v1",
-		"--kubeconfig", d.adminKC,
-	}
+		"--kubeconfig", d.adminKC)
+}
+
+// showDiag runs `hpmount diag` as an operator would on the node.
+func (d *demo) showDiag() error {
+	args := d.diagArgs("-o", "table", "--all")
 	out, err := exec.CommandContext(d.ctx, d.binary, args...).CombinedOutput()
 	code := 0
 	var ee *exec.ExitError

@@ -126,14 +126,7 @@ func (v *vm) nodeDevice(vol simnode.Volume) (string, error) {
 // diagSays runs `hpmount diag` for the VMI and checks that it reports
 // verdict for volume, with the exit status of a problem.
 func (d *demo) diagSays(volume, verdict string) error {
-	args := []string{"diag", "-o", "table", "-n", vmNamespace, vmName,
-		"--node-name", nodeName,
-		"--kubelet-root", d.node.KubeletRoot,
-		"--host-pid", strconv.Itoa(os.Getpid()),
-		"--cgroup-root", d.node.CgroupRoot,
-		"--cgroup-mode", "v1",
-		"--kubeconfig", d.adminKC,
-	}
+	args := d.diagArgs("-o", "table", "-n", vmNamespace, vmName)
 	out, err := exec.CommandContext(d.ctx, d.binary, args...).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != diag.ExitProblems {

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 
 	"github.com/hpmount/hpmount/diag"
@@ -74,14 +72,7 @@ func (d *demo) stepStorage(st *walkState) error {
 
 // diagJSON runs `hpmount diag -o json` for the demo's VMI.
 func (d *demo) diagJSON() (*diag.Report, error) {
-	args := []string{"diag", "-o", "json", "-n", vmNamespace, vmName,
-		"--node-name", nodeName,
-		"--kubelet-root", d.node.KubeletRoot,
-		"--host-pid", strconv.Itoa(os.Getpid()),
-		"--cgroup-root", d.node.CgroupRoot,
-		"--cgroup-mode", "v1",
-		"--kubeconfig", d.adminKC,
-	}
+	args := d.diagArgs("-o", "json", "-n", vmNamespace, vmName)
 	out, err := exec.CommandContext(d.ctx, d.binary, args...).Output()
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
