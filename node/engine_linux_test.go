@@ -72,6 +72,27 @@ func newLinkedRoot(t *testing.T) *linkedRoot {
 	return n
 }
 
+// launcherView starts a launcher-like process in the launcher's pod cgroup
+// that mounts hotplug-disks at rel below the test's directory, as the
+// compute container does, and an engine that asks it there.
+func (n *linkedRoot) launcherView(t *testing.T, rel string) (*testutil.Launcher, string, *Engine) {
+	t.Helper()
+	hotplug := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
+	testutil.MakeShared(t, filepath.Dir(n.real))
+	ctr := filepath.Join(filepath.Dir(n.real), rel)
+	must(t, os.MkdirAll(ctr, 0o755))
+	l := testutil.StartLauncher(t)
+	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
+	must(t, os.WriteFile(filepath.Join(pod, "cgroup.procs"), []byte(fmt.Sprint(l.Pid)), 0))
+	l.Exec(t, "mount --bind "+hotplug+" "+ctr)
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev",
+		LauncherDir: ctr, UID: 107, GID: 107})
+	must(t, err)
+	t.Cleanup(e.Close)
+	return l, ctr, e
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -424,20 +445,7 @@ func deviceOf(t *testing.T, path string) blockdev.Device {
 // file, and the engine says so on the attach and on every observe.
 func TestLauncherMustSeeTheMount(t *testing.T) {
 	n := newLinkedRoot(t)
-	hotplug := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
-	testutil.MakeShared(t, filepath.Dir(n.real))
-	ctr := filepath.Join(filepath.Dir(n.real), "ctr-hotplug-disks")
-	must(t, os.Mkdir(ctr, 0o755))
-	l := testutil.StartLauncher(t)
-	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
-	must(t, os.WriteFile(filepath.Join(pod, "cgroup.procs"), []byte(fmt.Sprint(l.Pid)), 0))
-	l.Exec(t, "mount --bind "+hotplug+" "+ctr)
-
-	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
-		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev",
-		LauncherDir: ctr, UID: 107, GID: 107})
-	must(t, err)
-	defer e.Close()
+	l, ctr, e := n.launcherView(t, "ctr-hotplug-disks")
 	ctx := context.Background()
 	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
 		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}

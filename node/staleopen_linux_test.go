@@ -14,9 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/agent"
-	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/internal/testutil"
-	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
@@ -55,21 +53,11 @@ func startQEMU(t *testing.T, l *testutil.Launcher, pod, ctr, name string) int {
 // while it holds the current device, the volume is not stale.
 func TestObserveStaleOpen(t *testing.T) {
 	n := newLinkedRoot(t)
-	hotplug := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
 	// The compute container's view: hotplug-disks at a path ending in
 	// kubevirt/hotplug-disks, as QEMU's descriptors spell it.
-	ctr := filepath.Join(filepath.Dir(n.real), "ctr", "kubevirt", "hotplug-disks")
-	must(t, os.MkdirAll(ctr, 0o755))
-	l := testutil.StartLauncher(t)
+	l, ctr, e := n.launcherView(t, "ctr/kubevirt/hotplug-disks")
+	hotplug := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
 	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
-	must(t, os.WriteFile(filepath.Join(pod, "cgroup.procs"), []byte(fmt.Sprint(l.Pid)), 0))
-	l.Exec(t, "mount --bind "+hotplug+" "+ctr)
-
-	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
-		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev",
-		LauncherDir: ctr, UID: 107, GID: 107})
-	must(t, err)
-	defer e.Close()
 	ctx := context.Background()
 	v := agent.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID,
 		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
