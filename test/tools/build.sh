@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# build.sh builds the upstream binaries the end-to-end harness runs (etcd and
-# kube-apiserver) from the tool modules next to this script, into a cache dir:
-# $HPMOUNT_TOOLS_DIR, default $HOME/.cache/hpmount/bin.
+# build.sh builds the upstream binaries the end-to-end harness runs (etcd,
+# kube-apiserver, and the real node's kubelet) from the tool modules next to
+# this script, into a cache dir: $HPMOUNT_TOOLS_DIR, default
+# $HOME/.cache/hpmount/bin.
 #
 # A binary is rebuilt only when it is missing or when its module's go.mod,
 # go.sum or main.go changed: the sha256 of those files is kept in
@@ -20,9 +21,23 @@ if command -v flock >/dev/null 2>&1; then
 	fi
 fi
 
+# version_flags stamps the kubelet with the k8s.io/kubernetes version its
+# module requires: without it the node reports v0.0.0-master. The API
+# server is left as it was built (no client of it reads its version), so a
+# warm cache does not rebuild it.
+version_flags() {
+	local v major minor
+	[[ $2 == kubelet ]] || return 0
+	v=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$1")
+	[[ $v =~ ^v([0-9]+)\.([0-9]+)\. ]] || { echo "tools: no k8s.io/kubernetes version in $1" >&2; exit 1; }
+	major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}
+	local pkg=k8s.io/component-base/version
+	echo "-X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+}
+
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-	tools=(etcd kube-apiserver)
+	tools=(etcd kube-apiserver kubelet)
 fi
 
 for tool in "${tools[@]}"; do
@@ -45,7 +60,7 @@ for tool in "${tools[@]}"; do
 	fi
 	start=$SECONDS
 	# Build next to the target and rename, so a reader never sees half a binary.
-	(cd "$src" && GOWORK=off go build -o "$bin.tmp.$$" .)
+	(cd "$src" && GOWORK=off go build -ldflags "$(version_flags "$src/go.mod" "$tool")" -o "$bin.tmp.$$" .)
 	mv -f "$bin.tmp.$$" "$bin"
 	echo "$want" >"$bin.stamp"
 	echo "tools: $tool built in $((SECONDS - start))s"
