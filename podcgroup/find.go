@@ -39,13 +39,7 @@ func (p *Cgroups) TopDown() []string {
 }
 
 // BottomUp returns the reverse of TopDown: children before parents.
-func (p *Cgroups) BottomUp() []string {
-	all := p.TopDown()
-	for i, j := 0, len(all)-1; i < j; i, j = i+1, j-1 {
-		all[i], all[j] = all[j], all[i]
-	}
-	return all
-}
+func (p *Cgroups) BottomUp() []string { return reversed(p.TopDown()) }
 
 // Find finds the cgroup of the pod with podUID under root, named as
 // the kubelet names it with the cgroupfs driver (pod<uid>) or the systemd
