@@ -101,7 +101,7 @@ func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (outc
 		return "", err
 	}
 	defer src.f.Close()
-	dir, dirID, err := openTargetDir(root, targetDir)
+	dir, dirID, err := openTargetDir(t, root, targetDir)
 	if err != nil {
 		return "", err
 	}
@@ -193,31 +193,16 @@ func rootOf(m *Info, hostPath string) string {
 	return path.Join(m.Root, rel)
 }
 
-// openTargetDir opens the launcher's hotplug-disks directory, refusing
-// symlinks on the way, and returns it with the id of the mount it is on.
-func openTargetDir(root *os.File, targetDir string) (*os.File, uint64, error) {
-	dir, err := isolation.OpenBeneath(root, targetDir, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-	if err != nil {
-		return nil, 0, fmt.Errorf("target directory: %w", err)
-	}
-	id, err := isolation.MountID(dir)
-	if err != nil {
-		dir.Close()
-		return nil, 0, err
-	}
-	return dir, id, nil
-}
-
-// existingTargetDir opens targetDir beneath the kubelet root. A targetDir
-// that does not exist is no directory and no error: there is nothing in it
-// to observe or detach.
-func (a *Attacher) existingTargetDir(targetDir string) (*os.File, uint64, error) {
+// existingTargetDir opens targetDir beneath the kubelet root as
+// openTargetDir does. A targetDir that does not exist is no directory and
+// no error: there is nothing in it to observe or detach.
+func (a *Attacher) existingTargetDir(t *Table, targetDir string) (*os.File, uint64, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer root.Close()
-	dir, id, err := openTargetDir(root, targetDir)
+	dir, id, err := openTargetDir(t, root, targetDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, nil
 	}
@@ -525,7 +510,7 @@ func (a *Attacher) detach(t *Table, targetDir, name string) (outcome.Result, err
 }
 
 func (a *Attacher) detachHere(t *Table, targetDir, name string) (outcome.Result, error) {
-	dir, dirID, err := a.existingTargetDir(targetDir)
+	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err
 	}

@@ -39,7 +39,7 @@ func (a *Attacher) attachDirHere(t *Table, sourceDir, targetDir, name string) (o
 		return "", err
 	}
 	defer src.f.Close()
-	dir, dirID, err := openTargetDir(root, targetDir)
+	dir, dirID, err := openTargetDir(t, root, targetDir)
 	if err != nil {
 		return "", err
 	}
@@ -256,7 +256,7 @@ func (a *Attacher) detachDir(t *Table, targetDir, name string) (outcome.Result, 
 }
 
 func (a *Attacher) detachDirHere(t *Table, targetDir, name string) (outcome.Result, error) {
-	dir, dirID, err := a.existingTargetDir(targetDir)
+	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err
 	}
@@ -293,7 +293,7 @@ func (a *Attacher) observeDirs(t *Table, targetDir string) ([]Observed, error) {
 }
 
 func (a *Attacher) observeDirsHere(t *Table, targetDir string) ([]Observed, error) {
-	dir, dirID, err := a.existingTargetDir(targetDir)
+	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return nil, err
 	}

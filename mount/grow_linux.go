@@ -34,9 +34,9 @@ func (g *Grower) growInNamespace(t *Table, targetDir, label string, opts GrowOpt
 		return res, fmt.Errorf("grow %q: %w", label, err)
 	}
 	defer root.Close()
-	dir, err := isolation.OpenBeneath(root, targetDir, isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
+	dir, _, err := openTargetDir(t, root, targetDir)
 	if err != nil {
-		return res, fmt.Errorf("grow %q: target dir: %w", label, err)
+		return res, fmt.Errorf("grow %q: %w", label, err)
 	}
 	defer dir.Close()
 	target, err := isolation.OpenBeneath(dir, label, isolation.How{Flags: unix.O_PATH})

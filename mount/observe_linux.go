@@ -17,7 +17,7 @@ func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
 }
 
 func (a *Attacher) observeHere(t *Table, targetDir string) ([]Observed, error) {
-	dir, dirID, err := a.existingTargetDir(targetDir)
+	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return nil, err
 	}
