@@ -24,11 +24,23 @@ type credentials struct {
 	saKey       []byte // signs service-account tokens
 	saPub       []byte // verifies them
 	adminToken  string
+	// kubeletClientCert and kubeletClientKey are the apiserver's
+	// credential towards kubelets (logs, exec): CN kube-apiserver-kubelet-client
+	// in group system:masters, signed by the CA, so a kubelet that trusts
+	// the CA for x509 and asks the apiserver by webhook lets it in.
+	kubeletClientCert, kubeletClientKey []byte
+	// caCert and caKey sign the kubelet client certificate.
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	// nodeTokens maps node name to the static token of user
+	// system:node:<name> in group system:nodes.
+	nodeTokens map[string]string
 }
 
 // credentialFiles are the paths of credentials written to a directory.
 type credentialFiles struct {
 	ca, servingCert, servingKey, saKey, saPub, tokens string
+	kubeletClientCert, kubeletClientKey               string
 }
 
 func newCredentials(now time.Time) (*credentials, error) {
@@ -102,7 +114,55 @@ func newCredentials(now time.Time) (*credentials, error) {
 		saKey:       saKeyPEM,
 		saPub:       pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER}),
 		adminToken:  hex.EncodeToString(token),
+		caCert:      caCert,
+		caKey:       caKey,
+		nodeTokens:  map[string]string{},
 	}, nil
+}
+
+// addKubeletClient signs the apiserver's client certificate for kubelets.
+func (c *credentials) addKubeletClient(now time.Time) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generate kubelet client key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.caCert, &key.PublicKey, c.caKey)
+	if err != nil {
+		return fmt.Errorf("sign kubelet client certificate: %w", err)
+	}
+	if c.kubeletClientKey, err = privateKeyPEM(key); err != nil {
+		return fmt.Errorf("encode kubelet client key: %w", err)
+	}
+	c.kubeletClientCert = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return nil
+}
+
+// addNode makes a static token for user system:node:<name>.
+func (c *credentials) addNode(name string) error {
+	token := make([]byte, 32)
+	if _, err := rand.Read(token); err != nil {
+		return fmt.Errorf("generate token of node %q: %w", name, err)
+	}
+	c.nodeTokens[name] = hex.EncodeToString(token)
+	return nil
+}
+
+// tokenFile is the apiserver's --token-auth-file CSV: token,user,uid,"groups".
+func (c *credentials) tokenFile() []byte {
+	lines := c.adminToken + `,admin,admin,"system:masters"` + "\n"
+	for name, token := range c.nodeTokens {
+		user := "system:node:" + name
+		lines += token + "," + user + "," + user + `,"system:nodes"` + "\n"
+	}
+	return []byte(lines)
 }
 
 func privateKeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
@@ -113,8 +173,7 @@ func privateKeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-// write stores the credentials in dir, private parts mode 0600. The token
-// file is the apiserver's --token-auth-file CSV: token,user,uid,"groups".
+// write stores the credentials in dir, private parts mode 0600.
 func (c *credentials) write(dir string) (credentialFiles, error) {
 	f := credentialFiles{
 		ca:          filepath.Join(dir, "ca.crt"),
@@ -123,6 +182,9 @@ func (c *credentials) write(dir string) (credentialFiles, error) {
 		saKey:       filepath.Join(dir, "sa.key"),
 		saPub:       filepath.Join(dir, "sa.pub"),
 		tokens:      filepath.Join(dir, "tokens.csv"),
+
+		kubeletClientCert: filepath.Join(dir, "kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "kubelet-client.key"),
 	}
 	files := []struct {
 		path string
@@ -134,7 +196,9 @@ func (c *credentials) write(dir string) (credentialFiles, error) {
 		{f.servingKey, c.servingKey, 0o600},
 		{f.saKey, c.saKey, 0o600},
 		{f.saPub, c.saPub, 0o644},
-		{f.tokens, []byte(c.adminToken + `,admin,admin,"system:masters"` + "\n"), 0o600},
+		{f.tokens, c.tokenFile(), 0o600},
+		{f.kubeletClientCert, c.kubeletClientCert, 0o644},
+		{f.kubeletClientKey, c.kubeletClientKey, 0o600},
 	}
 	for _, file := range files {
 		if err := os.WriteFile(file.path, file.data, file.mode); err != nil {

@@ -36,6 +36,9 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// ExtraAPIServerArgs are appended to the kube-apiserver command line.
 	ExtraAPIServerArgs []string
+	// Nodes are names of kubelets to trust: each gets a static token of
+	// user system:node:<name> in group system:nodes (NodeConfig).
+	Nodes []string
 }
 
 // Cluster is a running etcd + kube-apiserver pair.
@@ -45,6 +48,8 @@ type Cluster struct {
 	host       string // https://127.0.0.1:port
 	caPEM      []byte
 	adminToken string
+	caFile     string
+	nodeTokens map[string]string
 	readyAfter time.Duration
 
 	etcd *process
@@ -105,6 +110,20 @@ func (c *Cluster) Dir() string { return c.workDir }
 
 // CAData is the PEM CA bundle that verifies the apiserver's serving certificate.
 func (c *Cluster) CAData() []byte { return append([]byte(nil), c.caPEM...) }
+
+// CAFile is the path of the CA certificate, which also verifies the
+// apiserver's client certificate towards kubelets.
+func (c *Cluster) CAFile() string { return c.caFile }
+
+// NodeConfig returns a client config for user system:node:<name>, or nil
+// if Options.Nodes did not name it.
+func (c *Cluster) NodeConfig(name string) *rest.Config {
+	token, ok := c.nodeTokens[name]
+	if !ok {
+		return nil
+	}
+	return c.tokenConfig(token)
+}
 
 // ReadyAfter is the time from the start of StartProcess until /readyz answered ok.
 func (c *Cluster) ReadyAfter() time.Duration { return c.readyAfter }

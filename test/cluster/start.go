@@ -44,6 +44,14 @@ func StartProcess(ctx context.Context, opts Options) (*Cluster, error) {
 		c.removeDir = true
 	}
 	creds, err := newCredentials(began)
+	if err == nil {
+		err = creds.addKubeletClient(began)
+	}
+	for _, node := range opts.Nodes {
+		if err == nil {
+			err = creds.addNode(node)
+		}
+	}
 	if err != nil {
 		c.Stop()
 		return nil, err
@@ -53,7 +61,8 @@ func StartProcess(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
-	c.caPEM, c.adminToken = creds.caPEM, creds.adminToken
+	c.caPEM, c.adminToken, c.nodeTokens = creds.caPEM, creds.adminToken, creds.nodeTokens
+	c.caFile = files.ca
 
 	ctx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
 	defer cancel()
@@ -162,6 +171,12 @@ func apiserverArgs(etcdURL string, port int, workDir string, f credentialFiles) 
 		// The agent's DaemonSet runs privileged containers.
 		"--allow-privileged=true",
 		"--profiling=false",
+		// A real node's kubelet (test/realnode) registers 127.0.0.1 as its
+		// InternalIP and trusts the CA for this client certificate, so
+		// logs and exec reach it.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + f.kubeletClientCert,
+		"--kubelet-client-key=" + f.kubeletClientKey,
 	}
 }
 
