@@ -92,7 +92,10 @@
 //     only while its VM is stopped.
 //   - not-open: QEMU runs but holds nothing under the target's name
 //     (expected until KubeVirt attaches the disk; also what a file bind
-//     detached under QEMU's descriptor looks like). Without a QEMU process
+//     detached under QEMU's descriptor looks like: the detail then lists
+//     QEMU's files on detached mounts, which diag, with no memory of the
+//     former bind, does not tie to the volume; the agent does and reports
+//     stale-open). Without a QEMU process
 //     the volume's qemu field says "no QEMU found" and the verdict is not
 //     changed.
 //   - ok: mounted once, from the published disk.img (or, when the

@@ -213,16 +213,16 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 // checkSeen asks the launcher whether it sees the bind on target (a file
 // or a directory), as the agent does.
 func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir, target string) {
-	var sight propagation.Sight
+	var look propagation.Look
 	var why error
 	err := in.ns.Do(func() error {
-		sight, _, why = in.view.Check(in.root.Path, targetDir, launcher, target)
+		look, why = in.view.Check(in.root.Path, targetDir, launcher, target)
 		return nil
 	})
 	switch {
 	case err != nil:
 		v.Detail = joinDetail(v.Detail, "launcher's view not checked: "+err.Error())
-	case sight == propagation.NotSeen:
+	case look.Sight == propagation.NotSeen:
 		f.notSeen = why.Error()
 	}
 }

@@ -214,7 +214,7 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 				return nil, err
 			}
 			o.NotPropagated = err != nil
-			if o.StaleWhy, err = e.fileStaleOpen(launcher, f.Name, uint64(f.MountID)); err != nil {
+			if o.StaleWhy, err = e.fileStaleOpen(launcher, f); err != nil {
 				return nil, err
 			}
 			o.StaleOpen = o.StaleWhy != ""

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -9,13 +10,17 @@ import (
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/propagation"
 )
 
-// entryKey is what an entry of hotplug-disks is: the bind's mount id
-// (filesystem), or the device its node points at (block).
+// entryKey is what an entry of hotplug-disks is: the bind's mount id and
+// source (filesystem), or the device its node points at (block). The
+// mount id alone does not tell a replaced bind: the id of the unmounted
+// bind is free at once, and the new bind often gets it.
 type entryKey struct {
 	mountID uint64
+	source  string // "MAJ:MIN root" of the bind
 	device  blockdev.Device
 }
 
@@ -33,9 +38,48 @@ type entryKey struct {
 // stale verdict is not remembered: QEMU closing the old descriptor (an
 // unplug, a VM restart) clears it without the entry changing, and stale
 // volumes are few.
+//
+// It also keeps the launcher's binds each filesystem target had
+// (propagation.Look.Binds, from the propagation check, made once per host
+// bind while that bind is live): once a bind is replaced, QEMU's
+// descriptor of the old disk.img is on a detached mount that names no
+// path, and only those binds tie it to the volume. They are kept until the
+// volume is detached, the last maxFormer of them; an agent restarted since
+// the replacement has none, and then reports the volume not stale.
 type heldMemo struct {
-	mu    sync.Mutex
-	fresh map[growKey]entryKey
+	mu     sync.Mutex
+	fresh  map[growKey]entryKey
+	former map[growKey][]propagation.Bound
+}
+
+// maxFormer bounds the binds kept per volume: a bind replaced more often
+// while QEMU keeps its oldest descriptor is past what a node sees.
+const maxFormer = 4
+
+// remember adds binds to what volume k's target had.
+func (m *heldMemo) remember(k growKey, binds []propagation.Bound) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.former == nil {
+		m.former = map[growKey][]propagation.Bound{}
+	}
+	kept := m.former[k]
+	for _, b := range binds {
+		if !slices.Contains(kept, b) {
+			kept = append(kept, b)
+		}
+	}
+	if len(kept) > maxFormer {
+		kept = slices.Clone(kept[len(kept)-maxFormer:])
+	}
+	m.former[k] = kept
+}
+
+// binds is what volume k's target had, as remember kept it.
+func (m *heldMemo) binds(k growKey) []propagation.Bound {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.former[k])
 }
 
 func (m *heldMemo) has(k growKey, e entryKey) bool {
@@ -58,6 +102,7 @@ func (m *heldMemo) forget(k growKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.fresh, k)
+	delete(m.former, k)
 }
 
 // staleOpen asks the launcher's QEMU whether it holds, under target, a
@@ -79,7 +124,7 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 			if err != nil {
 				return "", nil // gone or unsafe meanwhile: the observe or attach says so
 			}
-			cur = propagation.Current{File: id}
+			cur = propagation.Current{File: id, Former: e.held.binds(k)}
 		}
 		h, detail, err := e.view.Held(string(launcher), target, cur)
 		if err != nil {
@@ -97,10 +142,11 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 	return why, nil
 }
 
-// fileStaleOpen is staleOpen of a filesystem volume's bind.
-func (e *Engine) fileStaleOpen(launcher types.UID, name string, mountID uint64) (string, error) {
-	if mountID == 0 {
+// fileStaleOpen is staleOpen of a filesystem volume's bind, as observed.
+func (e *Engine) fileStaleOpen(launcher types.UID, f mount.Observed) (string, error) {
+	if f.MountID == 0 {
 		return "", nil // no bind to compare with
 	}
-	return e.staleOpen(launcher, name, kubelet.TargetName(name), entryKey{mountID: mountID})
+	entry := entryKey{mountID: uint64(f.MountID), source: f.Dev + " " + f.Root}
+	return e.staleOpen(launcher, f.Name, kubelet.TargetName(f.Name), entry)
 }

@@ -65,10 +65,11 @@ func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, mountID 
 	// why is the call's value: nil when the launcher sees the bind or
 	// nothing can be told.
 	why, err := isolation.Call(e.ns, func() (error, error) {
-		sight, id, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
-		switch sight {
+		look, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
+		switch look.Sight {
 		case propagation.Seen:
-			e.sight.put(k, id)
+			e.sight.put(k, look.MountID)
+			e.held.remember(k, look.Binds)
 		case propagation.NotSeen:
 			return why, nil
 		}

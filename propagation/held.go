@@ -24,6 +24,12 @@ type Current struct {
 	File   Ident
 	Device uint64
 	Block  bool
+	// Former are binds the launcher had on a filesystem volume's target
+	// before (Look.Binds, kept by the caller). Once a bind is replaced,
+	// its mount is detached under QEMU's descriptor, whose link then names
+	// no path in hotplug-disks (it reads "/"): only the descriptor's
+	// mount and file, both those of a former bind, tie it to the volume.
+	Former []Bound
 }
 
 // Held tells what the QEMU process of launcher (its pod UID) holds open of
@@ -32,7 +38,10 @@ type Current struct {
 // starts with "qemu" (qemu-kvm, qemu-system-*); its descriptors are read
 // through <Proc>/<pid>/fd, whose links spell the path as the process sees
 // it; those ending in the last two components of Dir and name
-// (".../kubevirt/hotplug-disks/<name>") are compared. The detail says what was found, for a person. Held
+// (".../kubevirt/hotplug-disks/<name>") are compared, and so is one that
+// names nothing in hotplug-disks yet is on the mount of one of cur.Former
+// and holds its file: a descriptor is the volume's only by those facts,
+// never by a likeness. The detail says what was found, for a person. Held
 // only reads /proc and never touches the process.
 func (v LauncherView) Held(launcher, name string, cur Current) (Hold, string, error) {
 	return v.held(launcher, name, cur)

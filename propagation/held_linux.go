@@ -41,12 +41,16 @@ func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, er
 		if hold == NoQEMU {
 			hold, detail = NotOpen, fmt.Sprintf("QEMU (pid %d) does not hold %s open", pid, want)
 		}
-		h, d := heldBy(v.Proc, pid, want, cur)
+		h, d, loose := heldBy(v.Proc, pid, want, cur)
 		if h == StaleOpen {
 			return h, d, nil
 		}
 		if h == Open {
 			hold, detail = h, d
+		} else if hold == NotOpen && len(loose) > 0 {
+			detail = fmt.Sprintf("QEMU (pid %d) does not hold %s open; it holds %s on detached mounts, as a replaced bind leaves "+
+				"its old disk.img: nothing read here ties those to this volume (the agent, which saw the former bind, does)",
+				pid, want, strings.Join(loose, ", "))
 		}
 	}
 	return hold, detail, nil
@@ -57,51 +61,93 @@ func isQEMU(proc string, pid int) bool {
 	return err == nil && strings.HasPrefix(string(comm), "qemu")
 }
 
-// heldBy looks at the descriptors of one process that name want.
-func heldBy(proc string, pid int, want string, cur Current) (Hold, string) {
+// heldBy looks at the descriptors of one process that name want, or that
+// hold a former bind of it. loose are the regular files it holds on
+// detached mounts (their links read "/") that no former bind accounts for.
+func heldBy(proc string, pid int, want string, cur Current) (hold Hold, detail string, loose []string) {
 	fdDir := filepath.Join(proc, strconv.Itoa(pid), "fd")
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
-		return NotOpen, ""
+		return NotOpen, "", nil
 	}
-	hold, detail := NotOpen, ""
+	hold, dir := NotOpen, path.Dir(want)+"/"
 	for i, e := range ents {
 		if i == maxFDs {
 			break
 		}
 		fd := filepath.Join(fdDir, e.Name())
 		link, err := os.Readlink(fd)
-		if err != nil || !strings.HasSuffix(strings.TrimSuffix(link, " (deleted)"), want) {
+		if err != nil {
 			continue
 		}
-		var st unix.Stat_t
-		if err := unix.Stat(fd, &st); err != nil {
+		named := strings.HasSuffix(strings.TrimSuffix(link, " (deleted)"), want)
+		// A descriptor naming an entry of hotplug-disks is that entry's;
+		// only a file named elsewhere (a socket or pipe is named in no
+		// directory) may be a former bind's.
+		if !named && (cur.Block || !strings.HasPrefix(link, "/") || strings.Contains(link, dir) ||
+			len(cur.Former) == 0 && link != "/") {
+			continue
+		}
+		st, err := statAt(unix.AT_FDCWD, fd, 0)
+		if err != nil {
 			continue // closed meanwhile
 		}
-		hold, detail = compare(pid, e.Name(), link, &st, cur)
-		if hold == StaleOpen {
-			return hold, detail
+		var h Hold
+		var d string
+		if b, ok := former(st, cur.Former); named {
+			h, d = compare(pid, e.Name(), link, st, cur)
+		} else if ok {
+			h, d = compareFormer(pid, e.Name(), link, b, cur)
+		} else {
+			if link == "/" && st.mode&unix.S_IFMT == unix.S_IFREG && len(loose) < 4 {
+				loose = append(loose, fmt.Sprintf("fd %s (%s)", e.Name(), st.ident))
+			}
+			continue
+		}
+		if h == StaleOpen {
+			return h, d, nil
+		}
+		hold, detail = h, d
+	}
+	return hold, detail, loose
+}
+
+// former is the bind in binds that st is on: the same mount, holding the
+// same file.
+func former(st fileStat, binds []Bound) (Bound, bool) {
+	for _, b := range binds {
+		if st.mount != 0 && b.Mount == st.mount && b.File == st.ident && st.mode&unix.S_IFMT == unix.S_IFREG {
+			return b, true
 		}
 	}
-	return hold, detail
+	return Bound{}, false
 }
 
 // compare is the one rule: a block volume is held stale when the device
 // QEMU holds is not the one published now; a file when it is another file
 // (device and inode) than the one bound there now.
-func compare(pid int, fd, link string, st *unix.Stat_t, cur Current) (Hold, string) {
+func compare(pid int, fd, link string, st fileStat, cur Current) (Hold, string) {
 	if cur.Block {
-		held := uint64(st.Rdev)
-		if st.Mode&unix.S_IFMT != unix.S_IFBLK || held != cur.Device {
+		held := st.rdev
+		if st.mode&unix.S_IFMT != unix.S_IFBLK || held != cur.Device {
 			return StaleOpen, fmt.Sprintf("QEMU (pid %d, fd %s) holds %s as device %d:%d, but the volume is now device %d:%d",
 				pid, fd, link, unix.Major(held), unix.Minor(held), unix.Major(cur.Device), unix.Minor(cur.Device))
 		}
 		return Open, fmt.Sprintf("QEMU (pid %d) holds device %d:%d", pid, unix.Major(held), unix.Minor(held))
 	}
-	held := Ident{Dev: uint64(st.Dev), Ino: st.Ino}
-	if held != cur.File {
+	if st.ident != cur.File {
 		return StaleOpen, fmt.Sprintf("QEMU (pid %d, fd %s) holds %s as %s, but the volume's disk.img is now %s",
-			pid, fd, link, held, cur.File)
+			pid, fd, link, st.ident, cur.File)
 	}
-	return Open, fmt.Sprintf("QEMU (pid %d) holds %s", pid, held)
+	return Open, fmt.Sprintf("QEMU (pid %d) holds %s", pid, st.ident)
+}
+
+// compareFormer is compare of a descriptor on a former bind of the target.
+func compareFormer(pid int, fd, link string, b Bound, cur Current) (Hold, string) {
+	if b.File == cur.File {
+		return Open, fmt.Sprintf("QEMU (pid %d) holds %s", pid, b.File)
+	}
+	return StaleOpen, fmt.Sprintf("QEMU (pid %d, fd %s) holds the volume's former disk.img %s on the launcher's former bind (mount %d, "+
+		"detached since the bind was replaced, so the descriptor reads %q), but the volume's disk.img is now %s",
+		pid, fd, b.File, b.Mount, link, cur.File)
 }

@@ -60,12 +60,27 @@ func (e *NotSeenError) Error() string {
 		e.Pid, e.Name, got, e.Want)
 }
 
+// Bound is a bind a launcher's mount namespace has on a target: the mount
+// there and the file it binds. The mount is named by the id statx reports
+// for it: on Linux ≥ 6.8 the unique id, never reused while the system
+// runs; before, the id mountinfo shows, reused only once the mount is
+// freed. Either names that mount for as long as a descriptor on it keeps
+// it alive, detached or not.
+type Bound struct {
+	Mount uint64
+	File  Ident
+}
+
 // Reached tells whether the launcher sees, under name in its
 // hotplug-disks, the file want (the host's bind target, i.e. disk.img's
 // identity). Every process of the launcher that mounts hotplug-disks is
 // asked, one per mount namespace; one that sees want is enough. NotSeen
-// comes with a *NotSeenError.
-func Reached(l Launcher, name string, want Ident) (Sight, error) { return reached(l, name, want) }
+// comes with a *NotSeenError. It also returns the bind of each namespace
+// that sees want, which a caller keeps to recognise QEMU's descriptor of
+// this disk.img once the bind is replaced (Current.Former).
+func Reached(l Launcher, name string, want Ident) (Sight, []Bound, error) {
+	return reached(l, name, want)
+}
 
 // IdentOf is the identity of an open file, for Launcher.DirIdent and
 // Reached's want.

@@ -47,6 +47,12 @@ func TestReached(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
 	want, dirIdent := identOfPath(t, target), identOfPath(t, hotplug)
+	var hostMount uint64
+	if st, err := statAt(unix.AT_FDCWD, target, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		hostMount = st.mount
+	}
 
 	tests := []struct {
 		name  string
@@ -63,9 +69,13 @@ func TestReached(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Reached(Launcher{Proc: "/proc", Pids: tt.pids, Dir: tt.dir, DirIdent: dirIdent}, "data.img", want)
+			got, binds, err := Reached(Launcher{Proc: "/proc", Pids: tt.pids, Dir: tt.dir, DirIdent: dirIdent}, "data.img", want)
 			if got != tt.want || (err != nil) != (tt.error != "") || err != nil && !strings.Contains(err.Error(), tt.error) {
 				t.Fatalf("Reached = %v, %v; want %v with error %q", got, err, tt.want, tt.error)
+			}
+			// The launcher's bind is its own mount, not the host's.
+			if seen := tt.want == Seen; seen != (len(binds) == 1) || seen && (binds[0].File != want || binds[0].Mount == 0 || binds[0].Mount == hostMount) {
+				t.Fatalf("binds = %+v; want the launcher's own bind of %s (the host's is mount %d) when seen", binds, want, hostMount)
 			}
 			var nse *NotSeenError
 			if tt.want == NotSeen && (!errors.As(err, &nse) || nse.Pid != l.Pid) {

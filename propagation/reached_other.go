@@ -8,8 +8,8 @@ import (
 	"os"
 )
 
-func reached(l Launcher, name string, want Ident) (Sight, error) {
-	return NoView, fmt.Errorf("look into launcher for %q: %w", name, errors.ErrUnsupported)
+func reached(l Launcher, name string, want Ident) (Sight, []Bound, error) {
+	return NoView, nil, fmt.Errorf("look into launcher for %q: %w", name, errors.ErrUnsupported)
 }
 
 func identOf(f *os.File) (Ident, error) {
@@ -18,8 +18,8 @@ func identOf(f *os.File) (Ident, error) {
 
 func (i Ident) String() string { return fmt.Sprintf("device %d inode %d", i.Dev, i.Ino) }
 
-func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Sight, uint64, error) {
-	return NoView, 0, fmt.Errorf("look into launcher %q: %w", launcher, errors.ErrUnsupported)
+func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Look, error) {
+	return Look{}, fmt.Errorf("look into launcher %q: %w", launcher, errors.ErrUnsupported)
 }
 
 func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, error) {
