@@ -237,6 +237,18 @@ func targetAttacks(h *hostFiles) []attack {
 				s.e.must(os.Remove(s.hotplug))
 				s.e.must(os.Symlink(h.SubDir, s.hotplug))
 			}},
+		// The binds stay: the node's teardown detaches the kubelet root.
+		{name: "hotplug-disks is a bind mount of a host directory", event: "not a memory-medium emptyDir", wholeLauncher: true,
+			tamper: func(t *testing.T, s *scene) {
+				s.e.must(unix.Mount(h.SubDir, s.hotplug, "", unix.MS_BIND, ""))
+			}},
+		{name: "kubernetes.io~empty-dir is a bind mount of a host directory", event: "which the kubelet never mounts", wholeLauncher: true,
+			tamper: func(t *testing.T, s *scene) {
+				// Beside the watched host directory, whose entries are counted.
+				dir := filepath.Join(h.Dir, "..", "empty-dir-"+s.v.Name)
+				s.e.must(os.MkdirAll(filepath.Join(dir, "hotplug-disks"), 0o755))
+				s.e.must(unix.Mount(dir, filepath.Dir(s.hotplug), "", unix.MS_BIND, ""))
+			}},
 		{name: "kubernetes.io~empty-dir is a symlink to a host directory", event: "symlink", wholeLauncher: true,
 			tamper: func(t *testing.T, s *scene) {
 				emptyDir := filepath.Dir(s.hotplug)

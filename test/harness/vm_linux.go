@@ -35,6 +35,9 @@ type VM struct {
 	Attach   map[string]types.UID // volume name → attachment pod UID
 	// LauncherNode overrides where status.activePods places the launcher.
 	LauncherNode string
+	// ActivePods, when set, is status.activePods instead of the launcher
+	// alone (several launchers claiming the VMI).
+	ActivePods map[types.UID]string
 	// Migration is the VM's live migration, nil before any
 	// (migration_linux.go).
 	Migration *Migration
@@ -196,7 +199,7 @@ func (v *VM) SetRequest(name string, size int64) {
 // Apply writes the VMI's spec and status as virt-controller would.
 func (v *VM) Apply(ctx context.Context) error {
 	spec := simnode.VMISpec{Namespace: v.NS, Name: v.Name, Node: v.Node.Name,
-		Launcher: v.Launcher.UID, LauncherNode: v.LauncherNode, Attachment: v.Attach, Volumes: v.Vols}
+		Launcher: v.Launcher.UID, LauncherNode: v.LauncherNode, Attachment: v.Attach, Volumes: v.Vols, ActivePods: v.ActivePods}
 	v.Migration.render(&spec)
 	_, err := v.Ctrl.ApplyVMI(ctx, spec)
 	if err != nil {

@@ -36,6 +36,9 @@ type Volume struct {
 	Requests string
 	// Hotpluggable false makes it an ordinary (boot) volume.
 	NotHotpluggable bool
+	// Mode, when set, is the status' volumeMode instead of the one Block
+	// implies: a hostile or broken controller's value.
+	Mode string
 }
 
 // CreatePVC creates a claim bound (by spec.volumeName) to pv.
@@ -59,7 +62,8 @@ func (c *Controller) CreatePVC(ctx context.Context, ns string, v Volume) error {
 	return err
 }
 
-// CreateLauncherPod creates the virt-launcher pod of vmi on node.
+// CreateLauncherPod creates the virt-launcher pod of vmi on node, its
+// compute and guest-console-log containers running.
 func (c *Controller) CreateLauncherPod(ctx context.Context, ns, vmiName string, vmiUID types.UID, node string) (*corev1.Pod, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -69,14 +73,19 @@ func (c *Controller) CreateLauncherPod(ctx context.Context, ns, vmiName string, 
 		},
 		Spec: corev1.PodSpec{
 			NodeName:   node,
-			Containers: []corev1.Container{{Name: "compute", Image: "virt-launcher"}},
+			Containers: []corev1.Container{{Name: "compute", Image: "virt-launcher"}, {Name: SidecarContainer, Image: "virt-launcher"}},
 			Volumes: []corev1.Volume{{
 				Name:         "hotplug-disks",
 				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 			}},
 		},
 	}
-	return c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	// Its containers run, with the IDs StartLauncher names their cgroups by.
+	return c.SetComputeRestarts(ctx, created, 0)
 }
 
 // CreateAttachmentPod creates an hp-volume pod owned by the launcher that
@@ -140,6 +149,7 @@ func (s VMISpec) Object() *unstructured.Unstructured {
 		if v.Block {
 			mode = "Block"
 		}
+		mode = cmp.Or(v.Mode, mode)
 		st := map[string]any{
 			"name": v.Name, "target": "", "phase": "AttachedToNode",
 			"persistentVolumeClaimInfo": map[string]any{
