@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/hpmount/hpmount/internal/sandbox"
 	"github.com/hpmount/hpmount/mount"
@@ -191,8 +192,8 @@ func expand(v volume, volumePath string, required int64) (int64, error) {
 
 // growFilesystem grows v's mounted filesystem online: xfs_growfs on a
 // mount of it, resize2fs on the device. Online ext4 growth needs
-// CAP_SYS_RESOURCE; without it resize2fs fails with "Operation not
-// permitted", and that error is returned as it is.
+// CAP_SYS_RESOURCE; without it resize2fs fails ("Permission denied to
+// resize filesystem") and the error wraps unix.EPERM and says why.
 func growFilesystem(v volume, dev string, rdev uint64, volumePath string) error {
 	var err error
 	switch v.FSType {
@@ -204,6 +205,9 @@ func growFilesystem(v volume, dev string, rdev uint64, volumePath string) error 
 		_, err = sandbox.Run("xfs_growfs", at)
 	case "ext4":
 		_, err = sandbox.Run("resize2fs", dev)
+		if err != nil && strings.Contains(err.Error(), "Permission denied to resize") {
+			err = fmt.Errorf("online growth refused, %w (EXT4_IOC_RESIZE_FS needs CAP_SYS_RESOURCE): %w", unix.EPERM, err)
+		}
 	default:
 		err = fmt.Errorf("no way to grow %q", v.FSType)
 	}
