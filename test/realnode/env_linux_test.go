@@ -1,0 +1,108 @@
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/hpmount/hpmount/internal/testutil"
+	"github.com/hpmount/hpmount/test/cluster"
+)
+
+const testNode = "realnode-test"
+
+// env is the control plane and node all tests of the package share.
+type env struct {
+	dir     string
+	cluster *cluster.Cluster
+	node    *Node
+	admin   *rest.Config
+	kube    kubernetes.Interface
+}
+
+var shared struct {
+	once sync.Once
+	env  *env
+	err  error
+}
+
+// sharedEnv starts the control plane and the node on first use.
+func sharedEnv(t *testing.T) *env {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	shared.once.Do(func() {
+		began := time.Now()
+		shared.env, shared.err = startEnv()
+		t.Logf("control plane and node ready in %v", time.Since(began).Round(time.Millisecond))
+	})
+	if shared.err != nil {
+		t.Fatalf("start the real node: %v", shared.err)
+	}
+	return shared.env
+}
+
+func startEnv() (*env, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "hpmount-realnode-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir+"/cluster", 0o700); err != nil {
+		return nil, err
+	}
+	c, err := cluster.StartProcess(ctx, cluster.Options{WorkDir: dir + "/cluster", Nodes: []string{testNode}})
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	e := &env{dir: dir, cluster: c, admin: c.AdminConfig()}
+	if err := c.InstallVMICRD(ctx); err != nil {
+		return e, e.fail(err)
+	}
+	if e.kube, err = kubernetes.NewForConfig(e.admin); err != nil {
+		return e, e.fail(err)
+	}
+	if e.node, err = Start(ctx, c, Options{Name: testNode, Dir: dir + "/node"}); err != nil {
+		return e, e.fail(err)
+	}
+	return e, nil
+}
+
+func (e *env) fail(err error) error {
+	return fmt.Errorf("%w\n%s", err, e.cluster.Logs(20))
+}
+
+func (e *env) stop() error {
+	var err error
+	if e.node != nil {
+		err = e.node.Stop()
+	}
+	return errors.Join(err, e.cluster.Stop(), os.RemoveAll(e.dir))
+}
+
+// namespace creates a namespace named after the test.
+func (e *env) namespace(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	if err := ensureNamespace(ctx, e.kube, name); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func ensureNamespace(ctx context.Context, kube kubernetes.Interface, name string) error {
+	_, err := kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	ns := nsObject(name)
+	_, err = kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	return err
+}

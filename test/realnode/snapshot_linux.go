@@ -1,0 +1,96 @@
+package realnode
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// HostPaths are where a kubelet, containerd, runc or a CNI plugin writes
+// outside the node's Dir whatever their configuration says (or where they
+// would, had the configuration not moved them): the device-plugin socket
+// dir, pod and container logs, shim sockets and runc state, pinned network
+// namespaces, the CNI cache, containerd's defaults and the flexvolume dir.
+var HostPaths = []string{
+	"/var/lib/kubelet", "/var/log/pods", "/var/log/containers",
+	"/run/containerd", "/run/netns", "/var/lib/cni",
+	"/var/lib/containerd", "/opt/containerd", "/usr/libexec/kubernetes",
+}
+
+// walkDepth bounds the walk of each host path.
+const walkDepth = 5
+
+// Snapshot is what exists of HostPaths, the network links and the
+// top-level cgroups of every hierarchy at one moment.
+type Snapshot struct {
+	Paths, Links, Cgroups map[string]bool
+}
+
+// TakeSnapshot records the host's state.
+func TakeSnapshot() Snapshot {
+	s := Snapshot{Paths: map[string]bool{}, Links: map[string]bool{}, Cgroups: map[string]bool{}}
+	for _, root := range HostPaths {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			s.Paths[p] = true
+			if d.IsDir() && strings.Count(strings.TrimPrefix(p, root), "/") >= walkDepth {
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	links, _ := os.ReadDir("/sys/class/net")
+	for _, l := range links {
+		s.Links[l.Name()] = true
+	}
+	for _, h := range hierarchies() {
+		entries, _ := os.ReadDir(h)
+		for _, e := range entries {
+			if e.IsDir() {
+				s.Cgroups[filepath.Join(h, e.Name())] = true
+			}
+		}
+	}
+	return s
+}
+
+// Added lists what after has and s had not, sorted, each prefixed with
+// its kind (path, link, cgroup).
+func (s Snapshot) Added(after Snapshot) []string {
+	var added []string
+	for _, kind := range []struct {
+		name          string
+		before, after map[string]bool
+	}{{"path", s.Paths, after.Paths}, {"link", s.Links, after.Links}, {"cgroup", s.Cgroups, after.Cgroups}} {
+		for k := range kind.after {
+			if !kind.before[k] {
+				added = append(added, kind.name+" "+k)
+			}
+		}
+	}
+	sort.Strings(added)
+	return added
+}
+
+// RemoveNew removes every path under HostPaths that exists now and did
+// not in s: the highest new path of each branch, with what is below it.
+func (s Snapshot) RemoveNew() error {
+	now := TakeSnapshot()
+	var errs []error
+	for _, p := range s.Added(now) {
+		path, ok := strings.CutPrefix(p, "path ")
+		if !ok || now.Paths[filepath.Dir(path)] && !s.Paths[filepath.Dir(path)] {
+			continue // not a path, or its new parent goes with it
+		}
+		if err := os.RemoveAll(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove %q: %w", path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
