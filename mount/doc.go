@@ -26,6 +26,12 @@
 // shrinks, and it never truncates or deletes a disk.img. Measure is the same
 // look without any change, for diag.
 //
+// A launcher's hotplug-disks is used only as the kubelet makes it: a plain
+// directory on the pods directory's mount, or a whole tmpfs of its own
+// mounted on it (a memory-medium emptyDir). A bind of a host path there or
+// on a directory above it in the pod directory is refused as unsafe
+// content before anything is created, mounted or chowned in it.
+//
 // It refuses kubelet paths of its own: where a volume is published and
 // where a launcher's hotplug-disks is are the kubelet package's answers,
 // handed in as directories relative to the kubelet root.
