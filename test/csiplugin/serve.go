@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -22,6 +23,7 @@ type Plugin struct {
 
 	csi, reg *grpc.Server
 	calls    *callLog
+	stopped  sync.Once
 }
 
 // Start serves the plugin until Stop. The CSI socket is served before the
@@ -91,8 +93,10 @@ func serve(s *grpc.Server, path string) error {
 // Stop removes the registration socket first, so the kubelet deregisters
 // the driver before its CSI socket goes, lets calls in flight finish and
 // closes the call log. Staged and published volumes stay, as a real
-// driver's do across a restart.
-func (p *Plugin) Stop() {
+// driver's do across a restart. Stopping again does nothing.
+func (p *Plugin) Stop() { p.stopped.Do(p.stop) }
+
+func (p *Plugin) stop() {
 	if p.reg != nil {
 		p.reg.GracefulStop()
 	}
