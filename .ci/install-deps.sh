@@ -14,6 +14,7 @@ check findmnt util-linux
 check unshare util-linux
 check nsenter util-linux
 check fsfreeze util-linux
+check blkid util-linux
 check sha256sum coreutils
 
 if [ ${#need[@]} -gt 0 ]; then
