@@ -79,6 +79,11 @@ type vmiState struct {
 	wanted map[string]time.Time
 	// migration is this node's part in the VMI's last live migration.
 	migration migrationState
+	// compute is the launcher and compute container of the last pass: a
+	// restarted compute container is a new cgroup without the block
+	// volumes' device rules, so a change verifies them at once (the first
+	// pass after the agent starts leaves that to the periodic resync).
+	compute string
 }
 
 func newVMIState() *vmiState {

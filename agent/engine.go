@@ -27,7 +27,12 @@ type DesiredVolume struct {
 	// Directory (a bind of the PVC's root: memory-dump, utility volumes).
 	Mode        kubevirt.VolumeMode
 	LauncherUID types.UID
-	Source      Source
+	// ComputeContainerID is the launcher's compute container as its pod
+	// status names it ("containerd://<id>"), "" while it names none. A
+	// block volume's device is allowed to that container only, never to
+	// the pod's other containers; without it nothing is granted.
+	ComputeContainerID string
+	Source             Source
 	// CapacityBytes is the PVC capacity from the VMI status, 0 if unknown.
 	CapacityBytes int64
 	// FilesystemOverhead is KubeVirt's reserved fraction (0 <= x < 1).

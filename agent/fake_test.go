@@ -32,6 +32,8 @@ type fakeEngine struct {
 	growErr   map[string]error
 	grow      map[string]GrowResult
 	calls     []string
+	// compute is the compute container each volume was last attached for.
+	compute map[string]string
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -49,6 +51,7 @@ func newFakeEngine() *fakeEngine {
 		detachErr: map[string]error{},
 		growErr:   map[string]error{},
 		grow:      map[string]GrowResult{},
+		compute:   map[string]string{},
 	}
 }
 
@@ -103,6 +106,7 @@ func (f *fakeEngine) Attach(_ context.Context, _ Snapshot, v DesiredVolume) (out
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("attach %s %s %s/%s", v.Name, v.Mode, v.Source.AttachmentPodUID, v.Source.PVName)
+	f.compute[v.Name] = v.ComputeContainerID
 	if err := f.attachErr[v.Name]; err != nil {
 		return outcome.Unchanged, err
 	}

@@ -35,7 +35,10 @@ func TestTrimTransforms(t *testing.T) {
 		p.ManagedFields = mf
 		p.DeletionTimestamp = &now
 		p.Spec.Containers = []corev1.Container{{Name: "compute", Image: "virt-launcher", Env: []corev1.EnvVar{{Name: "X", Value: "y"}}}}
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "compute", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{
+			{Name: "compute", ContainerID: "containerd://c0ffee", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+			{Name: "guest-console-log", ContainerID: "containerd://51b1", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+		}
 	})
 	out, err := TrimPod(pod)
 	if err != nil {
@@ -44,6 +47,9 @@ func TestTrimTransforms(t *testing.T) {
 	p := out.(*corev1.Pod)
 	if len(p.ManagedFields) != 0 || len(p.Spec.Containers) != 0 {
 		t.Fatalf("pod kept managedFields or containers: %+v", p)
+	}
+	if id, side := kubevirt.ComputeContainerID(p), p.Status.ContainerStatuses[1].ContainerID; id != "containerd://c0ffee" || side != "" {
+		t.Fatalf("trimmed launcher keeps compute container ID %q and sidecar's %q; want only compute's", id, side)
 	}
 	if r := kubevirt.CheckLauncher(kt.Decode(vmiObject()), testNode, p); r != nil || !kubevirt.PodTerminated(p) || p.UID != launcherUID {
 		t.Fatalf("trimmed launcher judged differently: %v, terminated %v", r, kubevirt.PodTerminated(p))

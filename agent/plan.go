@@ -25,7 +25,10 @@ type planInput struct {
 	Observed []ObservedVolume
 	// Resync is set on the periodic pass: block nodes are re-verified and
 	// mounted volumes get a growth check.
-	Resync          bool
+	Resync bool
+	// VerifyBlock re-verifies block nodes outside the periodic pass: the
+	// compute container changed.
+	VerifyBlock     bool
 	GrowFilesystems bool
 	// CapacityChanged reports whether capacity differs from the last one a
 	// growth check ran for (true when none ran yet).
@@ -70,7 +73,7 @@ func planVolume(in planInput, it *volumeIntent, o *ObservedVolume) (attach, grow
 	switch {
 	case it.Attachable && !ok:
 		attach = []op{{Kind: outcome.Attach, Name: name, Intent: it, Observed: o}}
-	case ok && it.Desired.Mode == kubevirt.Block && in.Resync:
+	case ok && it.Desired.Mode == kubevirt.Block && (in.Resync || in.VerifyBlock):
 		// Also when the attachment pod is gone: the node's cgroup rule
 		// can be lost long after the volume was published.
 		attach = []op{{Kind: outcome.Verify, Name: name, Intent: it, Observed: o}}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // reconcile brings one VMI's launcher in line with the VMI. Every engine
@@ -108,15 +109,19 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 		return fmt.Errorf("observe launcher %s/%s: %w", launcher.Namespace, launcher.Name, err)
 	}
 	noteWanted(st, intents, observed, arrived)
+	compute := string(launcher.UID) + " " + kubevirt.ComputeContainerID(launcher)
 	plan := buildPlan(planInput{
 		Spec: &vmi.Spec, Intents: intents, Observed: observed,
-		Resync: resync, GrowFilesystems: a.cfg.GrowFilesystems,
+		Resync: resync, VerifyBlock: st.compute != "" && st.compute != compute, GrowFilesystems: a.cfg.GrowFilesystems,
 		CapacityChanged: func(name string, c int64) bool {
 			last, ok := st.capacity[name]
 			return !ok || last != c
 		},
 	})
 	done := a.apply(ctx, snap, launcher.UID, plan)
+	if !slices.ContainsFunc(done, func(d applied) bool { return d.Op.Kind == outcome.Verify && d.Result == outcome.Error }) {
+		st.compute = compute // else the retry verifies again
+	}
 	target := targetSide(vmi, st.migration.Migration, launcher)
 	writeStatus := a.cfg.ReportVolumeStatus && !target
 	s := summarize(summaryInput{

@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // The informers' transforms: a node caches every pod on it and every VMI
@@ -13,8 +15,9 @@ import (
 // recognised passes through unchanged (tombstones, say).
 
 // TrimPod keeps a pod's identity, labels, owners and deletion, its node
-// and volume names (with whether each is an emptyDir), its phase and
-// whether each container has terminated.
+// and volume names (with whether each is an emptyDir), its phase, whether
+// each container has terminated, and the ID of a launcher's compute
+// container (its device rules go to that container's cgroup).
 func TrimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -37,6 +40,9 @@ func TrimPod(obj any) (any, error) {
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		kept := corev1.ContainerStatus{Name: cs.Name}
+		if cs.Name == kubevirt.ComputeContainer {
+			kept.ContainerID = cs.ContainerID
+		}
 		if cs.State.Terminated != nil {
 			kept.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: cs.State.Terminated.ExitCode}
 		}

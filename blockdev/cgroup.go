@@ -37,17 +37,42 @@ func (d Device) Validate() error {
 // ErrInvalidDevice is wrapped when a device number is out of range.
 var ErrInvalidDevice = errors.New("device number out of range")
 
-// DeviceRules lets the processes of a pod open a block device, and takes that
-// permission back. Implementations are idempotent: allowing twice keeps one
-// rule, denying a device that was never allowed succeeds.
+// Container names the container whose processes may open a device: the
+// launcher's compute container, where QEMU runs. The pod's other containers
+// never get the device.
+type Container struct {
+	PodUID string
+	// ID is the container ID as the pod status gives it
+	// ("containerd://<id>"); empty while the pod status names none.
+	ID string
+}
+
+// ErrAncestorDenies is wrapped when a cgroup above the container denies a
+// device: on v2 a device program attached to an ancestor (the pod cgroup or
+// above) that refuses it, on v1 a parent whose devices list does not allow
+// it. hpmount changes cgroups of the container only, so the device stays
+// denied; the error names the ancestor.
+var ErrAncestorDenies = errors.New("a cgroup above the container denies the device, and hpmount changes only the container's")
+
+// DeviceRules lets the processes of one container of a pod open a block
+// device, and takes that permission back. Implementations are idempotent:
+// allowing twice keeps one rule, denying a device that was never allowed
+// succeeds.
 type DeviceRules interface {
-	// Allow permits "rwm" on dev in the pod cgroup and all its descendants.
-	Allow(podUID string, dev Device) error
-	// Deny removes what Allow added for dev.
+	// Allow permits "rwm" on dev in the container's cgroup and all its
+	// descendants, never in the pod cgroup or above. A container whose
+	// cgroup is not there wraps podcgroup.ErrContainerNotFound (or
+	// podcgroup.ErrNoContainerID): nothing is granted to the pod instead.
+	Allow(c Container, dev Device) error
+	// Deny removes what Allow added for dev anywhere in the pod's
+	// cgroups: in every container, current or not, and in the pod cgroup
+	// where older hpmount versions granted it.
 	Deny(podUID string, dev Device) error
-	// Allowed reports whether the rule Allow adds is in effect in the pod
-	// cgroup and every descendant.
-	Allowed(podUID string, dev Device) (bool, error)
+	// Allowed reports whether the container's processes may open dev:
+	// the rule Allow adds is in effect in the container's cgroup and
+	// every descendant, and nothing above denies it (an ancestor that
+	// does wraps ErrAncestorDenies, naming it).
+	Allowed(c Container, dev Device) (bool, error)
 	// Root is the hierarchy pod cgroups are searched under.
 	Root() string
 }

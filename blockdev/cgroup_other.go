@@ -12,24 +12,24 @@ func unsupported(what string) error {
 }
 
 // Allow is not supported on this operating system.
-func (v *V1) Allow(podUID string, dev Device) error { return unsupported("allow " + dev.String()) }
+func (v *V1) Allow(c Container, dev Device) error { return unsupported("allow " + dev.String()) }
 
 // Deny is not supported on this operating system.
 func (v *V1) Deny(podUID string, dev Device) error { return unsupported("deny " + dev.String()) }
 
 // Allowed is not supported on this operating system.
-func (v *V1) Allowed(podUID string, dev Device) (bool, error) {
+func (v *V1) Allowed(c Container, dev Device) (bool, error) {
 	return false, unsupported("check " + dev.String())
 }
 
 // Allow is not supported on this operating system.
-func (v *V2) Allow(podUID string, dev Device) error { return unsupported("allow " + dev.String()) }
+func (v *V2) Allow(c Container, dev Device) error { return unsupported("allow " + dev.String()) }
 
 // Deny is not supported on this operating system.
 func (v *V2) Deny(podUID string, dev Device) error { return unsupported("deny " + dev.String()) }
 
 // Allowed is not supported on this operating system.
-func (v *V2) Allowed(podUID string, dev Device) (bool, error) {
+func (v *V2) Allowed(c Container, dev Device) (bool, error) {
 	return false, unsupported("check " + dev.String())
 }
 

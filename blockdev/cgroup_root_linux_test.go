@@ -147,9 +147,9 @@ func (d testDevices) check(t *testing.T, step, cgroup string, want wantOpen) {
 	}
 }
 
-func checkAllowed(t *testing.T, r DeviceRules, uid string, dev Device, want bool) {
+func checkAllowed(t *testing.T, r DeviceRules, c Container, dev Device, want bool) {
 	t.Helper()
-	got, err := r.Allowed(uid, dev)
+	got, err := r.Allowed(c, dev)
 	if err != nil {
 		t.Fatal(err)
 	}

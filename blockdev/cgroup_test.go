@@ -6,7 +6,14 @@ import (
 	"testing"
 )
 
-const testUID = "0c4f6d2e-8a1b-4c3d-9e5f-7a6b5c4d3e2f"
+const (
+	testUID   = "0c4f6d2e-8a1b-4c3d-9e5f-7a6b5c4d3e2f"
+	testCtrID = "0123456789abcdef"
+)
+
+// testCtr is the compute container of the test pod, as its pod status
+// names it.
+var testCtr = Container{PodUID: testUID, ID: "containerd://" + testCtrID}
 
 func mkdirs(t *testing.T, root string, dirs ...string) {
 	t.Helper()

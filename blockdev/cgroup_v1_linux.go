@@ -15,29 +15,39 @@ import (
 // v1Rule is the line written to devices.allow / devices.deny.
 func v1Rule(d Device) string { return fmt.Sprintf("b %d:%d rwm", d.Major, d.Minor) }
 
-// Allow writes "b MAJ:MIN rwm" to devices.allow of the pod cgroup and then of
-// every descendant: a v1 device cgroup can never be wider than its parent,
-// so the parent must allow the device first.
-func (v *V1) Allow(podUID string, dev Device) error {
+// Allow writes "b MAJ:MIN rwm" to devices.allow of the container's cgroup
+// and then of every descendant: a v1 device cgroup can never be wider than
+// its parent, so the parent must allow the device first. The pod cgroup
+// above (the kubelet leaves it allowing everything) is never written: a
+// parent that does not allow the device makes the kernel refuse the write
+// (EPERM), which wraps ErrAncestorDenies.
+func (v *V1) Allow(c Container, dev Device) error {
 	if err := dev.Validate(); err != nil {
 		return err
 	}
-	cgs, err := v.pods.Find(v.root, podUID)
+	ctr, err := v.pods.Container(v.root, c.PodUID, c.ID)
 	if err != nil {
 		return err
 	}
-	for _, dir := range cgs.TopDown() {
-		if err := writeCgroupFile(dir, "devices.allow", v1Rule(dev)); err != nil {
-			if dir != cgs.Pod && errors.Is(err, os.ErrNotExist) {
-				continue // container cgroup removed meanwhile
-			}
+	for _, dir := range ctr.TopDown() {
+		err := writeCgroupFile(dir, "devices.allow", v1Rule(dev))
+		switch {
+		case err == nil:
+		case dir != ctr.Dir && errors.Is(err, os.ErrNotExist):
+			// a cgroup below the container removed meanwhile
+		case dir == ctr.Dir && errors.Is(err, unix.EPERM):
+			return fmt.Errorf("allow %s in device cgroup %q: the kernel refused it, so its parent %q does not allow it: %w",
+				dev, dir, filepath.Dir(dir), ErrAncestorDenies)
+		default:
 			return fmt.Errorf("allow %s in device cgroup %q: %w", dev, dir, err)
 		}
 	}
 	return nil
 }
 
-// Deny takes the device back, children first. Cgroups whose default is
+// Deny takes the device back in every cgroup of the pod, children first:
+// the current compute container, any other (older hpmount versions granted
+// the whole pod). Cgroups whose default is
 // "allow all" (the kubelet's pod-level cgroup) are left alone: Allow added no
 // exception there, and a deny entry would be a restriction hpmount never made.
 func (v *V1) Deny(podUID string, dev Device) error {
@@ -70,21 +80,28 @@ func (v *V1) Deny(podUID string, dev Device) error {
 	return nil
 }
 
-// Allowed reads devices.list of the pod cgroup and every descendant. A
-// cgroup in "allow all" mode counts as allowing the device; the kernel does
-// not list the deny exceptions of such a cgroup.
-func (v *V1) Allowed(podUID string, dev Device) (bool, error) {
+// Allowed reads devices.list of the container's cgroup and every
+// descendant. A cgroup in "allow all" mode counts as allowing the device;
+// the kernel does not list the deny exceptions of such a cgroup.
+//
+// Ancestors are not read: the v1 controller checks an access against the
+// task's own cgroup alone (devcgroup_legacy_check_permission), and keeps
+// every cgroup within its parent when either is written (parent_has_perm
+// refuses a wider exception, propagate_exception narrows the children of
+// a parent that is narrowed). A device an ancestor denies is therefore
+// missing from the container's own list.
+func (v *V1) Allowed(c Container, dev Device) (bool, error) {
 	if err := dev.Validate(); err != nil {
 		return false, err
 	}
-	cgs, err := v.pods.Find(v.root, podUID)
+	ctr, err := v.pods.Container(v.root, c.PodUID, c.ID)
 	if err != nil {
 		return false, err
 	}
-	for _, dir := range cgs.TopDown() {
+	for _, dir := range ctr.TopDown() {
 		list, err := readDevicesList(dir)
 		if err != nil {
-			if dir != cgs.Pod && errors.Is(err, os.ErrNotExist) {
+			if dir != ctr.Dir && errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			return false, err

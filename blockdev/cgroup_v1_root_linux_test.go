@@ -11,7 +11,7 @@ const v1Hierarchy = "/sys/fs/cgroup/devices"
 
 func TestV1AllowDenyRealCgroup(t *testing.T) {
 	devs := newTestDevices(t)
-	ctrRel := "kubepods/burstable/pod" + testUID + "/0123456789abcdef"
+	ctrRel := "kubepods/burstable/pod" + testUID + "/" + testCtrID
 	base := newCgroupTree(t, v1Hierarchy, ctrRel)
 	pod := filepath.Join(base, "kubepods/burstable/pod"+testUID)
 	ctr := filepath.Join(base, ctrRel)
@@ -26,15 +26,15 @@ func TestV1AllowDenyRealCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	checkAllowed(t, r, testUID, devs.loop, false)
+	checkAllowed(t, r, testCtr, devs.loop, false)
 	devs.check(t, "before allow", ctr, wantOpen{loop: false, null: true, urandom: false})
 
 	for i := 0; i < 2; i++ {
-		if err := r.Allow(testUID, devs.loop); err != nil {
+		if err := r.Allow(testCtr, devs.loop); err != nil {
 			t.Fatal(err)
 		}
 	}
-	checkAllowed(t, r, testUID, devs.loop, true)
+	checkAllowed(t, r, testCtr, devs.loop, true)
 	devs.check(t, "after allow", ctr, wantOpen{loop: true, null: true, urandom: false})
 	list := readList(t, ctr)
 	if n := strings.Count(list, v1Rule(devs.loop)+"\n"); n != 1 {
@@ -46,7 +46,7 @@ func TestV1AllowDenyRealCgroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkAllowed(t, r, testUID, devs.loop, false)
+	checkAllowed(t, r, testCtr, devs.loop, false)
 	devs.check(t, "after deny", ctr, wantOpen{loop: false, null: true, urandom: false})
 	if got := readList(t, ctr); got != "c 1:3 rwm\n" {
 		t.Fatalf("container devices.list after deny = %q, want only c 1:3 rwm", got)
@@ -59,10 +59,10 @@ func TestV1AllowDenyRealCgroup(t *testing.T) {
 func TestV1Errors(t *testing.T) {
 	base := newCgroupTree(t, v1Hierarchy, "kubepods/burstable")
 	r := NewV1(base)
-	if err := r.Allow(testUID, Device{7, 0}); err == nil || !strings.Contains(err.Error(), base) {
+	if err := r.Allow(testCtr, Device{7, 0}); err == nil || !strings.Contains(err.Error(), base) {
 		t.Fatalf("allow for a missing pod: %v, want an error naming %q", err, base)
 	}
-	if err := r.Allow(testUID, Device{1 << 13, 0}); err == nil {
+	if err := r.Allow(testCtr, Device{1 << 13, 0}); err == nil {
 		t.Fatal("allow of an out-of-range device succeeded")
 	}
 }

@@ -42,7 +42,7 @@ func setJITHarden(t *testing.T, v string) {
 // and nothing is reloaded.
 func TestV2JITHardenBlinded(t *testing.T) {
 	devs := newTestDevices(t)
-	ctrRel := "kubepods/pod" + testUID + "/ctr"
+	ctrRel := "kubepods/pod" + testUID + "/" + testCtrID
 
 	t.Run("prefix loaded under hardening", func(t *testing.T) {
 		base := newCgroupTree(t, v2Hierarchy, ctrRel)
@@ -50,12 +50,12 @@ func TestV2JITHardenBlinded(t *testing.T) {
 		attachRuntimeProgram(t, ctr, unix.BPF_F_ALLOW_MULTI) // before hardening: reads back faithfully
 		setJITHarden(t, "2")
 		r := NewV2(base)
-		if err := r.Allow(testUID, devs.loop); err != nil {
+		if err := r.Allow(testCtr, devs.loop); err != nil {
 			t.Fatalf("allow over a program loaded before hardening: %v", err)
 		}
 		devs.check(t, "after allow", ctr, wantOpen{loop: true, null: true, urandom: false})
 		before := programIDs(t, ctr)
-		if _, err := r.Allowed(testUID, devs.loop); !errors.Is(err, ErrBlinded) {
+		if _, err := r.Allowed(testCtr, devs.loop); !errors.Is(err, ErrBlinded) {
 			t.Errorf("Allowed over a blinded program: %v, want ErrBlinded", err)
 		}
 		if err := r.Deny(testUID, devs.loop); !errors.Is(err, ErrBlinded) || !strings.Contains(err.Error(), ctr) {
@@ -71,7 +71,7 @@ func TestV2JITHardenBlinded(t *testing.T) {
 		setJITHarden(t, "2")
 		attachRuntimeProgram(t, ctr, unix.BPF_F_ALLOW_MULTI)
 		before := programIDs(t, ctr)
-		if err := NewV2(base).Allow(testUID, devs.loop); !errors.Is(err, ErrBlinded) {
+		if err := NewV2(base).Allow(testCtr, devs.loop); !errors.Is(err, ErrBlinded) {
 			t.Fatalf("Allow over a blinded runtime program: %v, want ErrBlinded", err)
 		}
 		if after := programIDs(t, ctr); !slices.Equal(after, before) {
@@ -90,7 +90,7 @@ func programIDs(t *testing.T, cgroup string) []uint32 {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	_, ids, err := queryDevicePrograms(fd)
+	_, ids, err := queryDevicePrograms(fd, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func programIDs(t *testing.T, cgroup string) []uint32 {
 // program stays attached and unchanged.
 func TestV2LinkAttachedProgram(t *testing.T) {
 	devs := newTestDevices(t)
-	ctrRel := "kubepods/pod" + testUID + "/ctr"
+	ctrRel := "kubepods/pod" + testUID + "/" + testCtrID
 	base := newCgroupTree(t, v2Hierarchy, ctrRel)
 	ctr := filepath.Join(base, ctrRel)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "runtime_devs", Type: ebpf.CGroupDevice,
@@ -123,7 +123,7 @@ func TestV2LinkAttachedProgram(t *testing.T) {
 	}
 	defer l.Close()
 	before := programIDs(t, ctr)
-	err = NewV2(base).Allow(testUID, devs.loop)
+	err = NewV2(base).Allow(testCtr, devs.loop)
 	if !errors.Is(err, ErrLinkAttached) || !strings.Contains(err.Error(), ctr) {
 		t.Fatalf("Allow over a link-attached program: %v, want ErrLinkAttached naming %q", err, ctr)
 	}
@@ -137,16 +137,17 @@ func TestV2LinkAttachedProgram(t *testing.T) {
 // cgroup (here on kubepods, shared with every pod) is never rewritten:
 // Allow changes only the pod subtree's programs, so it never widens what
 // other pods may open. The ancestor's program still runs for the pod, and
-// a device it denies stays denied.
+// a device it denies stays denied: Allowed says so, naming the ancestor
+// (it used to report the device allowed).
 func TestV2AncestorProgramUntouched(t *testing.T) {
 	devs := newTestDevices(t)
-	ctrRel := "kubepods/pod" + testUID + "/ctr"
+	ctrRel := "kubepods/pod" + testUID + "/" + testCtrID
 	base := newCgroupTree(t, v2Hierarchy, ctrRel)
 	ancestor, ctr := filepath.Join(base, "kubepods"), filepath.Join(base, ctrRel)
 	attachRuntimeProgram(t, ancestor, unix.BPF_F_ALLOW_MULTI)
 	attachRuntimeProgram(t, ctr, unix.BPF_F_ALLOW_MULTI)
 	orig := readPrograms(t, ancestor)
-	if err := NewV2(base).Allow(testUID, devs.loop); err != nil {
+	if err := NewV2(base).Allow(testCtr, devs.loop); err != nil {
 		t.Fatal(err)
 	}
 	now := readPrograms(t, ancestor)
@@ -157,4 +158,8 @@ func TestV2AncestorProgramUntouched(t *testing.T) {
 		t.Fatalf("container program allows %v, want %v", ctrProgs.devs, devs.loop)
 	}
 	devs.check(t, "ancestor denies", ctr, wantOpen{loop: false, null: true, urandom: false})
+	ok, err := NewV2(base).Allowed(testCtr, devs.loop)
+	if ok || !errors.Is(err, ErrAncestorDenies) || !strings.Contains(err.Error(), `"`+ancestor+`"`) {
+		t.Fatalf("Allowed = %v, %v; want false with ErrAncestorDenies naming %q", ok, err, ancestor)
+	}
 }

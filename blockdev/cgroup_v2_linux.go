@@ -26,32 +26,60 @@ const (
 	replaceAttempts = 5
 )
 
-// Allow adds dev to hpmount's prefix of every device program attached in the
-// pod cgroup subtree. When no cgroup in the subtree has a device program,
-// nothing restricts devices there and Allow changes nothing.
-func (v *V2) Allow(podUID string, dev Device) error { return v.update(podUID, dev, true) }
-
-// Deny removes dev from hpmount's prefixes; the device then falls through to
-// the runtime's original program, which is what it was before Allow. A
-// program left with no rules is replaced by its original body alone.
-func (v *V2) Deny(podUID string, dev Device) error { return v.update(podUID, dev, false) }
-
-// Allowed reports whether every device program in the pod cgroup subtree
-// carries hpmount's rule for dev (true also when there is no program at
-// all). A device that the runtime's own program happens to allow, without
-// our rule, reports false.
-func (v *V2) Allowed(podUID string, dev Device) (bool, error) {
+// Allow adds dev to hpmount's prefix of every device program attached to
+// the container's cgroup and the cgroups below it. Programs on the pod
+// cgroup and above run for every container of the pod (and, higher up, for
+// other pods): they are never rewritten (see Allowed). When no cgroup of the
+// container has a device program, nothing there restricts devices and
+// Allow changes nothing.
+func (v *V2) Allow(c Container, dev Device) error {
 	if err := dev.Validate(); err != nil {
-		return false, err
+		return err
+	}
+	ctr, err := v.pods.Container(v.root, c.PodUID, c.ID)
+	if err != nil {
+		return err
+	}
+	return v.update(ctr.TopDown(), ctr.Dir, dev, true)
+}
+
+// Deny removes dev from hpmount's prefixes in every cgroup of the pod,
+// children first: the compute container's, any other's, and the pod
+// cgroup's, where older hpmount versions granted it. The device then falls
+// through to the runtime's original program, which is what it was before
+// Allow. A program left with no rules is replaced by its original body
+// alone.
+func (v *V2) Deny(podUID string, dev Device) error {
+	if err := dev.Validate(); err != nil {
+		return err
 	}
 	cgs, err := v.pods.Find(v.root, podUID)
 	if err != nil {
+		return err
+	}
+	return v.update(cgs.BottomUp(), cgs.Pod, dev, false)
+}
+
+// Allowed reports whether every device program in the container's cgroup
+// subtree carries hpmount's rule for dev (true also when there is no
+// program at all), and whether every program inherited from above (the
+// container cgroup's effective programs, BPF_F_QUERY_EFFECTIVE) lets it
+// through: the kernel runs them all and an access must pass each. A device
+// that the runtime's own program happens to allow, without our rule,
+// reports false; one an ancestor's program refuses wraps ErrAncestorDenies
+// naming that cgroup, as hpmount never rewrites an ancestor's program.
+func (v *V2) Allowed(c Container, dev Device) (bool, error) {
+	if err := dev.Validate(); err != nil {
 		return false, err
 	}
-	for _, dir := range cgs.TopDown() {
+	ctr, err := v.pods.Container(v.root, c.PodUID, c.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, dir := range ctr.TopDown() {
 		progs, err := AttachedDevicePrograms(dir)
 		if err != nil {
-			if dir != cgs.Pod && errors.Is(err, os.ErrNotExist) {
+			if dir != ctr.Dir && errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			return false, err
@@ -66,6 +94,9 @@ func (v *V2) Allowed(podUID string, dev Device) (bool, error) {
 			}
 		}
 	}
+	if err := checkInherited(ctr.Dir, dev); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 
@@ -78,25 +109,16 @@ func containsDevice(devs []Device, d Device) bool {
 	return false
 }
 
-func (v *V2) update(podUID string, dev Device, allow bool) error {
-	if err := dev.Validate(); err != nil {
-		return err
-	}
-	cgs, err := v.pods.Find(v.root, podUID)
-	if err != nil {
-		return err
-	}
+// update rewraps the device programs of dirs, in that order. A cgroup other
+// than top that went away meanwhile is passed over.
+func (v *V2) update(dirs []string, top string, dev Device, allow bool) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	order := cgs.TopDown()
-	if !allow {
-		order = cgs.BottomUp()
-	}
 	programs := 0
-	for _, dir := range order {
+	for _, dir := range dirs {
 		n, err := updateCgroupPrograms(dir, dev, allow)
 		if err != nil {
-			if dir != cgs.Pod && errors.Is(err, os.ErrNotExist) {
+			if dir != top && errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			return err
@@ -106,8 +128,8 @@ func (v *V2) update(podUID string, dev Device, allow bool) error {
 	if programs == 0 && allow {
 		// cgroup v2 has no device controller of its own: without a
 		// BPF_PROG_TYPE_CGROUP_DEVICE program every device is allowed.
-		slog.Debug("no device program in pod cgroup subtree, device already allowed",
-			"pod", podUID, "cgroup", cgs.Pod, "device", dev.String())
+		slog.Debug("no device program in container cgroup subtree, device already allowed",
+			"cgroup", top, "device", dev.String())
 	}
 	return nil
 }
@@ -121,7 +143,7 @@ func updateCgroupPrograms(dir string, dev Device, allow bool) (int, error) {
 	}
 	defer unix.Close(fd)
 	for attempt := 0; attempt < replaceAttempts; attempt++ {
-		flags, ids, err := queryDevicePrograms(fd)
+		flags, ids, err := queryDevicePrograms(fd, 0)
 		if err != nil {
 			return 0, fmt.Errorf("query device programs of cgroup %q: %w", dir, err)
 		}
@@ -189,7 +211,7 @@ func rewrapProgram(cgfd int, flags uint32, id ebpf.ProgramID, dev Device, allow 
 		// At most one program, attached with flags 0 or ALLOW_OVERRIDE:
 		// attaching with the same flags replaces it. The kernel has no
 		// compare-and-swap here; re-check right before.
-		_, ids, err := queryDevicePrograms(cgfd)
+		_, ids, err := queryDevicePrograms(cgfd, 0)
 		if err != nil {
 			return fmt.Errorf("query device programs: %w", err)
 		}
@@ -215,7 +237,7 @@ func rewrapProgram(cgfd int, flags uint32, id ebpf.ProgramID, dev Device, allow 
 // stillAttached reports whether program id is attached directly to the
 // cgroup cgfd.
 func stillAttached(cgfd int, id ebpf.ProgramID) bool {
-	_, ids, err := queryDevicePrograms(cgfd)
+	_, ids, err := queryDevicePrograms(cgfd, 0)
 	return err == nil && slices.Contains(ids, id)
 }
 
@@ -246,7 +268,7 @@ func AttachedDevicePrograms(dir string) ([]DeviceProgram, error) {
 		return nil, fmt.Errorf("open cgroup %q: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	flags, ids, err := queryDevicePrograms(fd)
+	flags, ids, err := queryDevicePrograms(fd, 0)
 	if err != nil {
 		return nil, fmt.Errorf("query device programs of cgroup %q: %w", dir, err)
 	}
@@ -283,24 +305,34 @@ type progQueryAttr struct {
 }
 
 // queryDevicePrograms returns the cgroup's attach flags for device programs
-// and the IDs of the programs attached directly to it.
-func queryDevicePrograms(cgfd int) (uint32, []ebpf.ProgramID, error) {
+// and the IDs of the programs attached directly to it, or with
+// BPF_F_QUERY_EFFECTIVE of every program that runs for it (its own and
+// those inherited from ancestors).
+func queryDevicePrograms(cgfd int, queryFlags uint32) (uint32, []ebpf.ProgramID, error) {
 	ids := make([]uint32, maxCgroupPrograms)
-	attr := progQueryAttr{
-		targetFd:   uint32(cgfd),
-		attachType: uint32(ebpf.AttachCGroupDevice),
-		progIDs:    uint64(uintptr(unsafe.Pointer(&ids[0]))),
-		progCount:  uint32(len(ids)),
+	for {
+		attr := progQueryAttr{
+			targetFd:   uint32(cgfd),
+			attachType: uint32(ebpf.AttachCGroupDevice),
+			queryFlags: queryFlags,
+			progIDs:    uint64(uintptr(unsafe.Pointer(&ids[0]))),
+			progCount:  uint32(len(ids)),
+		}
+		_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_QUERY, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+		runtime.KeepAlive(ids)
+		if errno == unix.ENOSPC && int(attr.progCount) > len(ids) {
+			// More effective programs than room: the kernel said how many.
+			ids = make([]uint32, attr.progCount)
+			continue
+		}
+		if errno != 0 {
+			return 0, nil, fmt.Errorf("BPF_PROG_QUERY: %w", errno)
+		}
+		n := min(int(attr.progCount), len(ids))
+		out := make([]ebpf.ProgramID, n)
+		for i := range out {
+			out[i] = ebpf.ProgramID(ids[i])
+		}
+		return attr.attachFlags, out, nil
 	}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_QUERY, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(ids)
-	if errno != 0 {
-		return 0, nil, fmt.Errorf("BPF_PROG_QUERY: %w", errno)
-	}
-	n := min(int(attr.progCount), len(ids))
-	out := make([]ebpf.ProgramID, n)
-	for i := range out {
-		out[i] = ebpf.ProgramID(ids[i])
-	}
-	return attr.attachFlags, out, nil
 }

@@ -19,14 +19,21 @@ const v2Hierarchy = "/sys/fs/cgroup/unified"
 // allowing c 1:3 and c 1:5 and denying everything else.
 func attachRuntimeProgram(t *testing.T, cgroup string, flags uint32) {
 	t.Helper()
+	attachDeviceProgram(t, cgroup, runtimeDeviceProgram(Device{1, 3}, Device{1, 5}), flags)
+}
+
+// attachDeviceProgram loads insns as a device program and attaches it to
+// cgroup with flags (BPF_PROG_ATTACH, no link).
+func attachDeviceProgram(t *testing.T, cgroup string, insns asm.Instructions, flags uint32) {
+	t.Helper()
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "runtime_devs",
 		Type:         ebpf.CGroupDevice,
-		Instructions: runtimeDeviceProgram(Device{1, 3}, Device{1, 5}),
+		Instructions: insns,
 		License:      "Apache-2.0",
 	})
 	if err != nil {
-		t.Fatalf("load runtime device program: %v", err)
+		t.Fatalf("load device program: %v", err)
 	}
 	defer prog.Close()
 	fd, err := unix.Open(cgroup, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -36,9 +43,15 @@ func attachRuntimeProgram(t *testing.T, cgroup string, flags uint32) {
 	defer unix.Close(fd)
 	err = link.RawAttachProgram(link.RawAttachProgramOptions{Target: fd, Program: prog, Attach: ebpf.AttachCGroupDevice, Flags: flags})
 	if err != nil {
-		t.Fatalf("attach runtime device program to %q: %v", cgroup, err)
+		t.Fatalf("attach device program to %q: %v", cgroup, err)
 	}
 }
+
+// allowAllProgram and denyAllProgram return 1 and 0 for every request.
+var (
+	allowAllProgram = asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()}
+	denyAllProgram  = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+)
 
 type progState struct {
 	ids    []uint32
@@ -93,14 +106,14 @@ func checkPrograms(t *testing.T, step string, orig map[string]progState, devs []
 func TestV2AllowDenyRealCgroup(t *testing.T) {
 	us := strings.ReplaceAll(testUID, "-", "_")
 	podRel := "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + us + ".slice"
-	ctrRel := podRel + "/cri-containerd-0123456789abcdef.scope"
+	ctrRel := podRel + "/cri-containerd-" + testCtrID + ".scope"
 	const none = ^uint32(0)
 	tests := []struct {
 		name               string
 		podFlags, ctrFlags uint32
 	}{
 		{"runtime program with ALLOW_MULTI on the container", none, unix.BPF_F_ALLOW_MULTI},
-		{"ALLOW_MULTI programs on pod and container", unix.BPF_F_ALLOW_MULTI, unix.BPF_F_ALLOW_MULTI},
+		{"ALLOW_MULTI programs on pod and container, the pod's allowing all", unix.BPF_F_ALLOW_MULTI, unix.BPF_F_ALLOW_MULTI},
 		{"single program attached without flags", none, 0},
 		{"single program attached with ALLOW_OVERRIDE", none, unix.BPF_F_ALLOW_OVERRIDE},
 	}
@@ -113,27 +126,30 @@ func TestV2AllowDenyRealCgroup(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			orig := map[string]progState{}
-			for _, at := range []struct {
-				dir   string
-				flags uint32
-			}{{pod, tt.podFlags}, {ctr, tt.ctrFlags}} {
-				if at.flags != none {
-					attachRuntimeProgram(t, at.dir, at.flags)
-					orig[at.dir] = readPrograms(t, at.dir)
-				}
+			// The pod cgroup's program runs for every container of the
+			// pod: it is never rewritten.
+			if tt.podFlags != none {
+				attachDeviceProgram(t, pod, allowAllProgram, tt.podFlags)
 			}
-			checkAllowed(t, r, testUID, devs.loop, false)
+			podIDs := programIDs(t, pod)
+			defer func() {
+				if now := readPrograms(t, pod); !slices.Equal(now.ids, podIDs) || slices.ContainsFunc(now.devs, func(d []Device) bool { return len(d) > 0 }) {
+					t.Errorf("pod cgroup programs %v (prefix devices %v), want %v untouched", now.ids, now.devs, podIDs)
+				}
+			}()
+			attachRuntimeProgram(t, ctr, tt.ctrFlags)
+			orig := map[string]progState{ctr: readPrograms(t, ctr)}
+			checkAllowed(t, r, testCtr, devs.loop, false)
 			devs.check(t, "before allow", ctr, wantOpen{loop: false, null: true, urandom: false})
 
-			if err := r.Allow(testUID, devs.loop); err != nil {
+			if err := r.Allow(testCtr, devs.loop); err != nil {
 				t.Fatal(err)
 			}
-			checkAllowed(t, r, testUID, devs.loop, true)
+			checkAllowed(t, r, testCtr, devs.loop, true)
 			devs.check(t, "after allow", ctr, wantOpen{loop: true, null: true, urandom: false})
 			allowed := checkPrograms(t, "after allow", orig, []Device{devs.loop})
 
-			if err := r.Allow(testUID, devs.loop); err != nil {
+			if err := r.Allow(testCtr, devs.loop); err != nil {
 				t.Fatal(err)
 			}
 			again := checkPrograms(t, "after allowing twice", orig, []Device{devs.loop})
@@ -144,7 +160,7 @@ func TestV2AllowDenyRealCgroup(t *testing.T) {
 			}
 
 			other := Device{Major: devs.loop.Major, Minor: devs.loop.Minor + 1000}
-			if err := r.Allow(testUID, other); err != nil {
+			if err := r.Allow(testCtr, other); err != nil {
 				t.Fatal(err)
 			}
 			checkPrograms(t, "after allowing a second device", orig, []Device{devs.loop, other})
@@ -159,7 +175,7 @@ func TestV2AllowDenyRealCgroup(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			checkAllowed(t, r, testUID, devs.loop, false)
+			checkAllowed(t, r, testCtr, devs.loop, false)
 			devs.check(t, "after deny", ctr, wantOpen{loop: false, null: true, urandom: false})
 			checkPrograms(t, "after deny", orig, nil)
 		})
@@ -168,12 +184,12 @@ func TestV2AllowDenyRealCgroup(t *testing.T) {
 
 func TestV2NoProgramIsNoop(t *testing.T) {
 	devs := newTestDevices(t)
-	ctrRel := "kubepods/pod" + testUID + "/ctr"
+	ctrRel := "kubepods/pod" + testUID + "/" + testCtrID
 	base := newCgroupTree(t, v2Hierarchy, ctrRel)
 	ctr := filepath.Join(base, ctrRel)
 	r := NewV2(base)
-	checkAllowed(t, r, testUID, devs.loop, true)
-	if err := r.Allow(testUID, devs.loop); err != nil {
+	checkAllowed(t, r, testCtr, devs.loop, true)
+	if err := r.Allow(testCtr, devs.loop); err != nil {
 		t.Fatal(err)
 	}
 	if progs, err := AttachedDevicePrograms(ctr); err != nil || len(progs) != 0 {
@@ -186,7 +202,7 @@ func TestV2NoProgramIsNoop(t *testing.T) {
 }
 
 func TestV2RefusesProgramWithCall(t *testing.T) {
-	ctrRel := "kubepods/pod" + testUID + "/ctr"
+	ctrRel := "kubepods/pod" + testUID + "/" + testCtrID
 	base := newCgroupTree(t, v2Hierarchy, ctrRel)
 	ctr := filepath.Join(base, ctrRel)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -211,7 +227,7 @@ func TestV2RefusesProgramWithCall(t *testing.T) {
 	if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: fd, Program: prog, Attach: ebpf.AttachCGroupDevice, Flags: unix.BPF_F_ALLOW_MULTI}); err != nil {
 		t.Fatal(err)
 	}
-	err = NewV2(base).Allow(testUID, Device{7, 0})
+	err = NewV2(base).Allow(testCtr, Device{7, 0})
 	if !errors.Is(err, ErrNotReloadable) || !strings.Contains(err.Error(), ctr) {
 		t.Fatalf("Allow over a program with a helper call: %v, want ErrNotReloadable naming %q", err, ctr)
 	}

@@ -401,14 +401,19 @@ func (in *inspector) checkCgroup(v *Volume, f *findings, vc *volumeCtx, d blockd
 		v.Detail = joinDetail(v.Detail, "device cgroup not checked: "+in.rulesErr.Error())
 		return
 	}
-	ok, err := in.rules.Allowed(string(vc.launcher.UID), d)
-	if err != nil {
+	compute := blockdev.Container{PodUID: string(vc.launcher.UID), ID: kubevirt.ComputeContainerID(vc.launcher)}
+	ok, err := in.rules.Allowed(compute, d)
+	switch {
+	case errors.Is(err, blockdev.ErrAncestorDenies):
+		v.Device.CgroupAllowed = ptr(false)
+		f.notAllowed = err.Error()
+	case err != nil:
 		v.Detail = joinDetail(v.Detail, "device cgroup not checked: "+err.Error())
-		return
-	}
-	v.Device.CgroupAllowed = ptr(ok)
-	if !ok {
-		f.notAllowed = fmt.Sprintf("the device cgroup of launcher pod %s does not allow %s rwm", vc.launcher.UID, d)
+	case !ok:
+		v.Device.CgroupAllowed = ptr(false)
+		f.notAllowed = fmt.Sprintf("the device cgroup of launcher pod %s's compute container does not allow %s rwm", vc.launcher.UID, d)
+	default:
+		v.Device.CgroupAllowed = ptr(true)
 	}
 }
 

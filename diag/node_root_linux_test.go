@@ -156,7 +156,9 @@ func (e *env) mknod(m *vm, vol string, d *simnode.Disk, allow bool) {
 	_, _, err = nodes.Ensure(m.targetDir, vol, blockdev.Published{Device: dev, Perm: 0o660})
 	e.must(err)
 	if allow {
-		e.must(blockdev.NewV1(e.node.CgroupRoot).Allow(string(m.launcher), dev))
+		compute := blockdev.Container{PodUID: string(m.launcher),
+			ID: "containerd://" + simnode.ContainerID(string(m.launcher), kubevirt.ComputeContainer, 0)}
+		e.must(blockdev.NewV1(e.node.CgroupRoot).Allow(compute, dev))
 	}
 }
 

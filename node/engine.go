@@ -276,15 +276,15 @@ func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
 	if err != nil {
 		return outcome.Unchanged, err
 	}
-	launcher := string(v.LauncherUID)
+	compute := computeOf(v)
 	// The rule goes in before the node appears, so the launcher never sees
 	// a node it cannot open.
-	allowed, err := e.rules.Allowed(launcher, p.Device)
+	allowed, err := e.rules.Allowed(compute, p.Device)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
 	if !allowed {
-		if err := e.rules.Allow(launcher, p.Device); err != nil {
+		if err := e.rules.Allow(compute, p.Device); err != nil {
 			return outcome.Unchanged, err
 		}
 	}
@@ -305,6 +305,15 @@ func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
 	return r, nil
 }
 
+// computeOf is the container a block volume's device is allowed to: the
+// launcher's compute container, where QEMU runs. While the pod status names
+// none, or its cgroup is not there (not started yet; restarted, and the
+// status still names the old one), the rule calls fail and the agent
+// reports and retries: nothing is ever granted to the whole pod instead.
+func computeOf(v agent.DesiredVolume) blockdev.Container {
+	return blockdev.Container{PodUID: string(v.LauncherUID), ID: v.ComputeContainerID}
+}
+
 // keepBlock re-checks the rule of a block node whose volume the attachment
 // pod no longer publishes (it was replaced when another volume was
 // hotplugged). The rule can still be lost afterwards: a runc update from
@@ -320,12 +329,12 @@ func (e *Engine) keepBlock(v agent.DesiredVolume, notPublished error) (outcome.R
 	if err != nil {
 		return outcome.Unchanged, err
 	}
-	launcher := string(v.LauncherUID)
-	allowed, err := e.rules.Allowed(launcher, dev)
+	compute := computeOf(v)
+	allowed, err := e.rules.Allowed(compute, dev)
 	if err != nil || allowed {
 		return outcome.Unchanged, err
 	}
-	if err := e.rules.Allow(launcher, dev); err != nil {
+	if err := e.rules.Allow(compute, dev); err != nil {
 		return outcome.Unchanged, err
 	}
 	return outcome.Created, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/podcgroup"
 )
 
 func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
@@ -28,6 +29,9 @@ func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
 const (
 	launcherUID = types.UID("11111111-launcher")
 	attachUID   = types.UID("22222222-attach")
+	// computeID is the launcher's compute container; its cgroup is
+	// <pod cgroup>/<computeID>, as containerd names it with cgroupfs.
+	computeID = "c0ffee0000000000000000000000000000000000000000000000000000000001"
 )
 
 // linkedRoot is a node whose kubelet root is configured as a symlink
@@ -63,9 +67,9 @@ func newLinkedRoot(t *testing.T) *linkedRoot {
 
 	n.cgroupRoot = filepath.Join("/sys/fs/cgroup/devices", fmt.Sprintf("hpmount-node-test-%d", os.Getpid()))
 	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
-	must(t, os.MkdirAll(pod, 0o755))
+	must(t, os.MkdirAll(filepath.Join(pod, computeID), 0o755))
 	t.Cleanup(func() {
-		for _, d := range []string{pod, filepath.Dir(pod), n.cgroupRoot} {
+		for _, d := range []string{filepath.Join(pod, computeID), pod, filepath.Dir(pod), n.cgroupRoot} {
 			_ = unix.Rmdir(d)
 		}
 	})
@@ -115,7 +119,8 @@ func TestEngineUnderALinkedKubeletRoot(t *testing.T) {
 	ctx := context.Background()
 	vols := []agent.DesiredVolume{
 		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
-		{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}},
+		{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, ComputeContainerID: "containerd://" + computeID,
+			Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}},
 	}
 	for pass, want := range []map[string]outcome.Result{
 		{"fs": outcome.Mounted, "blk": outcome.Created},
@@ -370,9 +375,9 @@ func TestFullOrReadOnlyHotplugDisks(t *testing.T) {
 // major:minor given to another disk is never granted.
 func TestUnpublishedBlockRuleIsRepaired(t *testing.T) {
 	n := newLinkedRoot(t)
-	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID))
+	compute := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID), computeID)
 	// A runtime's list: nothing but what it granted.
-	must(t, os.WriteFile(filepath.Join(pod, "devices.deny"), []byte("a"), 0))
+	must(t, os.WriteFile(filepath.Join(compute, "devices.deny"), []byte("a"), 0))
 	cfg := Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
 		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107}
 	e, err := New(cfg)
@@ -380,7 +385,7 @@ func TestUnpublishedBlockRuleIsRepaired(t *testing.T) {
 	defer func() { e.Close() }()
 	ctx := context.Background()
 	v := agent.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
+		ComputeContainerID: "containerd://" + computeID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
 	verify := func(want outcome.Result) {
 		t.Helper()
 		snap, err := e.Snapshot(ctx)
@@ -399,8 +404,8 @@ func TestUnpublishedBlockRuleIsRepaired(t *testing.T) {
 
 	lose := func() {
 		t.Helper()
-		must(t, os.WriteFile(filepath.Join(pod, "devices.deny"), []byte(dev.String()+" rwm"), 0))
-		if ok, err := e.rules.Allowed(string(launcherUID), dev); err != nil || ok {
+		must(t, os.WriteFile(filepath.Join(compute, "devices.deny"), []byte(dev.String()+" rwm"), 0))
+		if ok, err := e.rules.Allowed(computeOf(v), dev); err != nil || ok {
 			t.Fatalf("rule after it was rewritten away: allowed %v, %v", ok, err)
 		}
 	}
@@ -426,7 +431,7 @@ func TestUnpublishedBlockRuleIsRepaired(t *testing.T) {
 	if _, err := e.Attach(ctx, snap, v); !errors.Is(err, blockdev.ErrUnconfirmed) {
 		t.Fatalf("attach after the number went to another disk = %v, want ErrUnconfirmed", err)
 	}
-	if ok, err := e.rules.Allowed(string(launcherUID), dev); err != nil || ok {
+	if ok, err := e.rules.Allowed(computeOf(v), dev); err != nil || ok {
 		t.Fatalf("another disk's number was granted: allowed %v, %v", ok, err)
 	}
 }
@@ -480,5 +485,38 @@ func TestLauncherMustSeeTheMount(t *testing.T) {
 	}
 	if o := observe(); !o.NotPropagated || !o.Healthy(kubevirt.Filesystem) {
 		t.Fatalf("observed %+v, want healthy but not propagated", o)
+	}
+}
+
+// TestBlockWithoutComputeContainer: while the launcher's pod status names
+// no compute container, or names one whose cgroup is not there (a restart
+// the status has not caught up with), a block volume is not attached: the
+// error says why and no node appears in hotplug-disks (nor is any rule
+// granted to the pod in the container's stead: blockdev never writes the
+// pod cgroup).
+func TestBlockWithoutComputeContainer(t *testing.T) {
+	n := newLinkedRoot(t)
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
+	must(t, err)
+	defer e.Close()
+	for _, tt := range []struct {
+		id   string
+		want error
+	}{
+		{"", podcgroup.ErrNoContainerID},
+		{"containerd://c0ffee0000000000000000000000000000000000000000000000000000000002", podcgroup.ErrContainerNotFound},
+	} {
+		snap, err := e.Snapshot(context.Background())
+		must(t, err)
+		v := agent.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, ComputeContainerID: tt.id,
+			Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
+		if got, err := e.Attach(context.Background(), snap, v); !errors.Is(err, tt.want) || got != outcome.Unchanged {
+			t.Fatalf("attach for compute container %q = %s, %v; want unchanged and %v", tt.id, got, err, tt.want)
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID))))
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("hotplug-disks: %v, %v; want empty", entries, err)
 	}
 }
