@@ -3,8 +3,12 @@
 // (found where kubelet.OpenPublishedDevice says, checked to be a block
 // device here), mknod, verification and unlink of the device node in the launcher's
 // hotplug-disks directory, the device's size, and the device-cgroup rules
-// that let the launcher's processes open the device (cgroup v1 devices
-// controller and cgroup v2 BPF_PROG_TYPE_CGROUP_DEVICE programs).
+// that let the launcher's compute container (QEMU's, and no other
+// container of the pod) open the device (cgroup v1 devices controller and
+// cgroup v2 BPF_PROG_TYPE_CGROUP_DEVICE programs), and whether a cgroup
+// above that container denies the device anyway (ErrAncestorDenies: the
+// effective programs a container inherits are run on the device by
+// EvalDeviceProgram; hpmount never rewrites them).
 //
 // Device-cgroup rules are only ever added for one block device and removed
 // again by the same package: on cgroup v1 through devices.allow/devices.deny,
@@ -12,7 +16,8 @@
 // recognisable prefix (see WrapDeviceProgram) whose rules can be parsed back,
 // edited and removed, leaving the runtime's program body intact. The package
 // refuses to touch device programs it cannot reload unchanged (programs using
-// maps or calls), and it finds pod cgroups only through podcgroup.
+// maps or calls), never writes the pod cgroup or above, and it finds pod and
+// container cgroups only through podcgroup.
 //
 // It refuses kubelet paths of its own (they are the kubelet package's) and
 // any decision about which volume belongs to which launcher (the agent's).
