@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -14,16 +15,14 @@ import (
 // device has loop/backing_file there.
 const sysBlock = "/sys/block"
 
-// loopsOf returns the loop devices attached to backing, as /dev paths.
-// Reading sysfs instead of a record is what lets a restarted plugin find
-// its devices, and what keeps one file from being attached twice (two
-// loop devices mounting one filesystem would corrupt it).
-func loopsOf(backing string) ([]string, error) {
+// attachedLoops maps every attached loop device (a /dev path) to its
+// backing file, as sysfs names it.
+func attachedLoops() (map[string]string, error) {
 	files, err := filepath.Glob(filepath.Join(sysBlock, "loop*", "loop", "backing_file"))
 	if err != nil {
 		return nil, err
 	}
-	var devs []string
+	loops := make(map[string]string, len(files))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if errors.Is(err, os.ErrNotExist) {
@@ -32,10 +31,31 @@ func loopsOf(backing string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %q: %w", f, err)
 		}
-		if strings.TrimSuffix(string(b), "\n") == backing {
-			devs = append(devs, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+		loops["/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f)))] = strings.TrimSuffix(string(b), "\n")
+	}
+	return loops, nil
+}
+
+// loopsOf returns the loop devices attached to backing. Reading sysfs
+// instead of a record is what lets a restarted plugin find its devices,
+// and what keeps one file from being attached twice (two loop devices
+// mounting one filesystem would corrupt it).
+func loopsOf(backing string) ([]string, error) {
+	return loopsWhere(func(file string) bool { return file == backing })
+}
+
+func loopsWhere(match func(backing string) bool) ([]string, error) {
+	loops, err := attachedLoops()
+	if err != nil {
+		return nil, err
+	}
+	var devs []string
+	for dev, file := range loops {
+		if match(file) {
+			devs = append(devs, dev)
 		}
 	}
+	slices.Sort(devs)
 	return devs, nil
 }
 
@@ -123,6 +143,10 @@ func detachLoops(backing string) error {
 	if err != nil {
 		return err
 	}
+	return detach(devs)
+}
+
+func detach(devs []string) error {
 	for _, path := range devs {
 		dev, err := os.OpenFile(path, os.O_RDONLY, 0)
 		if errors.Is(err, os.ErrNotExist) {
@@ -134,8 +158,23 @@ func detachLoops(backing string) error {
 		err = unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_CLR_FD, 0)
 		dev.Close()
 		if err != nil && !errors.Is(err, unix.ENXIO) {
-			return fmt.Errorf("detach %s from %q: %w", path, backing, err)
+			return fmt.Errorf("detach %s: %w", path, err)
 		}
+	}
+	return nil
+}
+
+// DetachUnder detaches every loop device whose backing file lies under
+// dir: a node's teardown, for the volumes still staged when it stopped.
+// A device still in use goes when its last user does.
+func DetachUnder(dir string) error {
+	prefix := filepath.Clean(dir) + "/"
+	devs, err := loopsWhere(func(file string) bool { return strings.HasPrefix(file, prefix) })
+	if err != nil {
+		return err
+	}
+	if err := detach(devs); err != nil {
+		return fmt.Errorf("detach the loop devices under %q: %w", dir, err)
 	}
 	return nil
 }

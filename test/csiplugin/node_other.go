@@ -20,3 +20,6 @@ func expand(volume, string, int64) (int64, error) { return 0, unsupported("expan
 
 // GrowBackingFile needs Linux's loop driver.
 func GrowBackingFile(string, int64) error { return unsupported("grow backing file") }
+
+// DetachUnder needs Linux's loop driver.
+func DetachUnder(string) error { return unsupported("detach loop devices") }

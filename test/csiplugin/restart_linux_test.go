@@ -1,6 +1,7 @@
 package csiplugin
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/hpmount/hpmount/internal/testutil"
@@ -30,4 +31,24 @@ func TestRestartFindsVolumes(t *testing.T) {
 			waitDetached(t, v.backing)
 		})
 	}
+}
+
+// TestDetachUnder is a node's teardown: every volume whose backing file
+// lies under the node's directory is detached, and no other.
+func TestDetachUnder(t *testing.T) {
+	testutil.RequiresRoot(t)
+	k := startPlugin(t, "")
+	inside := newVol(t, k, AccessBlock, "", 8<<20)
+	outside := newVol(t, k, AccessBlock, "", 8<<20)
+	outside.id = "pv-outside"
+	for _, v := range []*vol{inside, outside} {
+		if err := v.stage(t, v.staging); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := DetachUnder(filepath.Dir(inside.backing)); err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, inside.backing)
+	loopOf(t, outside.backing)
 }
