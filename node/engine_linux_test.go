@@ -226,17 +226,20 @@ func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
 	}
 }
 
-// TestStuckCallIsAbandoned: a launcher's hotplug-disks on a frozen
-// filesystem blocks the attach in the kernel (as a frozen or dead storage
-// backend would). The call is abandoned at its deadline and reported as
-// agent.ErrStuck, another launcher's attach goes on, the liveness check
-// fails once the stuck call outlives its limit, and recovers when the
-// filesystem thaws.
+// TestStuckCallIsAbandoned: a volume on a frozen filesystem blocks the
+// attach in the kernel (giving the bound disk.img to QEMU waits for the
+// thaw, as a frozen or dead storage backend would). The call is abandoned
+// at its deadline and reported as agent.ErrStuck, another launcher's attach
+// goes on, the liveness check fails once the stuck call outlives its limit,
+// and recovers when the filesystem thaws. (The frozen filesystem is the
+// volume's: one mounted on hotplug-disks is refused before any write.)
 func TestStuckCallIsAbandoned(t *testing.T) {
 	n := newLinkedRoot(t)
-	const frozenLauncher = types.UID("33333333-frozen")
-	frozenDir := filepath.Join(n.real, kubelet.HotplugDisksDir(string(frozenLauncher)))
+	const frozenLauncher, frozenAttach = types.UID("33333333-frozen"), types.UID("44444444-frozen-attach")
+	must(t, os.MkdirAll(filepath.Join(n.real, kubelet.HotplugDisksDir(string(frozenLauncher))), 0o755))
+	frozenDir := filepath.Join(n.real, kubelet.VolumesDir(string(frozenAttach)), "kubernetes.io~csi", "pv-frozen", "mount")
 	testutil.NewFilesystem(t, "ext4", 16<<20, frozenDir)
+	must(t, os.WriteFile(filepath.Join(frozenDir, "disk.img"), make([]byte, 1<<20), 0o644))
 	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
 		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107,
 		CallTimeout: 300 * time.Millisecond})
@@ -256,7 +259,7 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
 	frozen := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: frozenLauncher,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+		Source: agent.Source{AttachmentPodUID: frozenAttach, PVName: "pv-frozen"}}
 	start := time.Now()
 	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, agent.ErrStuck) {
 		t.Fatalf("attach into a frozen filesystem = %v, want agent.ErrStuck", err)
