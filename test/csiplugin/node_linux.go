@@ -86,8 +86,21 @@ func publish(v volume, target string, readonly bool) error {
 	if v.Access == AccessBlock {
 		return publishBlock(devs[0], rdev, target, readonly)
 	}
+	return publishFilesystem(v, devs[0], rdev, target, readonly)
+}
+
+func publishFilesystem(v volume, dev string, rdev uint64, target string, readonly bool) error {
 	if top, err := topMount(target); err != nil || top != nil {
 		return mountedFrom(top, err, target, rdev)
+	}
+	// Binding a staging directory whose mount is gone would publish an
+	// empty directory of the node's own filesystem.
+	staged, err := topMount(v.StagingPath)
+	if err != nil {
+		return err
+	}
+	if staged == nil || unix.Mkdev(staged.Major, staged.Minor) != rdev {
+		return status.Errorf(codes.FailedPrecondition, "volume %q: %s is not mounted at staging path %q: stage it again", v.ID, dev, v.StagingPath)
 	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return fmt.Errorf("create target %q: %w", target, err)

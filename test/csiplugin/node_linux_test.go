@@ -211,3 +211,29 @@ func readBack(t *testing.T, v *vol) {
 		t.Fatalf("%q starts with %q, want %q", file, got[:min(len(got), len(payload))], payload)
 	}
 }
+
+// TestPublishNeedsStagingMount: a volume whose staging mount went away
+// behind the plugin's back is not published as the empty directory left.
+func TestPublishNeedsStagingMount(t *testing.T) {
+	testutil.RequiresRoot(t)
+	k := startPlugin(t, "")
+	v := newVol(t, k, AccessFilesystem, "ext4", 32<<20)
+	if err := v.stage(t, v.staging); err != nil {
+		t.Fatal(err)
+	}
+	dev := loopOf(t, v.backing)
+	// Hold the device, as the kernel would not keep an autoclear device
+	// for the staging record otherwise.
+	held, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unmountAll(v.staging); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "publish without the staging mount", v.publish(t), codes.FailedPrecondition)
+	if top, err := topMount(v.target); err != nil || top != nil {
+		t.Fatalf("target %q: mount %+v, %v; want nothing mounted", v.target, top, err)
+	}
+}
