@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
-.PHONY: all build deps tools test unit vet bench bench-node demo fuzz chart clean
+.PHONY: all build deps tools test unit vet bench bench-node demo fuzz chart chart-package clean
 
 all: build
 
@@ -73,6 +73,13 @@ demo: deps tools build
 # test/manifests fails while the checked-in chart differs from it.
 chart:
 	$(GO) run ./test/chartgen
+
+# deploy/chart as a Helm chart repository (hpmount-<version>.tgz and
+# index.yaml) in CHART_REPO_DIR: serve that folder from any HTTP server and
+# set its URL as spec.repo of deploy/harvester/addon.yaml (deploy/README.md).
+CHART_REPO_DIR ?= $(CURDIR)/bin/chart-repo
+chart-package: chart
+	$(GO) run ./test/chartgen -package $(CHART_REPO_DIR)
 
 clean:
 	rm -rf bin

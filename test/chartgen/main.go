@@ -2,28 +2,45 @@
 // render of deploy/ (test/manifests.GenerateChart): `go run ./test/chartgen`
 // after any change under deploy/. test/manifests fails while the checked-in
 // chart differs from what this writes.
+//
+// With -package DIR it instead packages deploy/chart as a Helm chart
+// repository in DIR (test/manifests.PackageChart: <name>-<version>.tgz and
+// index.yaml), to serve from any static HTTP host for the Harvester Addon.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hpmount/hpmount/test/manifests"
 )
 
 func main() {
-	if err := run(); err != nil {
+	pkg := flag.String("package", "", "package deploy/chart as a Helm chart repository (a .tgz and index.yaml) in this folder")
+	flag.Parse()
+	if err := run(*pkg); err != nil {
 		fmt.Fprintln(os.Stderr, "chartgen:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(pkg string) error {
 	deploy, err := manifests.DeployDir()
 	if err != nil {
 		return err
+	}
+	if pkg != "" {
+		archive, err := manifests.PackageChart(deploy, pkg, time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s and %s: serve %s over HTTP and set its URL as the Addon's spec.repo\n",
+			archive, filepath.Join(pkg, manifests.IndexName), pkg)
+		return nil
 	}
 	files, err := manifests.GenerateChart(deploy)
 	if err != nil {
