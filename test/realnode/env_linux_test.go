@@ -26,6 +26,8 @@ type env struct {
 	node    *Node
 	admin   *rest.Config
 	kube    kubernetes.Interface
+	// stops run before the node stops: the agent.
+	stops []func()
 }
 
 var shared struct {
@@ -81,6 +83,9 @@ func (e *env) fail(err error) error {
 }
 
 func (e *env) stop() error {
+	for _, stop := range e.stops {
+		stop()
+	}
 	var err error
 	if e.node != nil {
 		err = e.node.Stop()

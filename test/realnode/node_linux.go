@@ -44,6 +44,7 @@ type Node struct {
 	cluster    *cluster.Cluster
 	containerd *cluster.Child
 	kubelet    *cluster.Child
+	csi        *cluster.Child
 	before     Snapshot
 }
 
@@ -110,7 +111,7 @@ func (n *Node) start(ctx context.Context, kubelet string) error {
 	if err := n.waitReady(ctx); err != nil {
 		return fmt.Errorf("%w\n%s%s", err, n.kubelet.Tail(40), n.containerd.Tail(20))
 	}
-	return nil
+	return n.startCSI(ctx)
 }
 
 func (n *Node) loadImages(ctx context.Context) error {
@@ -165,7 +166,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 // Logs is the tail of the kubelet's and containerd's logs.
 func (n *Node) Logs(lines int) string {
 	var s string
-	for _, c := range []*cluster.Child{n.kubelet, n.containerd} {
+	for _, c := range []*cluster.Child{n.kubelet, n.containerd, n.csi} {
 		if c != nil {
 			s += c.Tail(lines)
 		}

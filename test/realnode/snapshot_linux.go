@@ -24,15 +24,17 @@ var HostPaths = []string{
 // walkDepth bounds the walk of each host path.
 const walkDepth = 5
 
-// Snapshot is what exists of HostPaths, the network links and the
-// top-level cgroups of every hierarchy at one moment.
+// Snapshot is what exists of HostPaths, the network links, the top-level
+// cgroups of every hierarchy and the loop devices at one moment.
 type Snapshot struct {
 	Paths, Links, Cgroups map[string]bool
+	// Loops are the backing files of attached loop devices.
+	Loops map[string]bool
 }
 
 // TakeSnapshot records the host's state.
 func TakeSnapshot() Snapshot {
-	s := Snapshot{Paths: map[string]bool{}, Links: map[string]bool{}, Cgroups: map[string]bool{}}
+	s := Snapshot{Paths: map[string]bool{}, Links: map[string]bool{}, Cgroups: map[string]bool{}, Loops: map[string]bool{}}
 	for _, root := range HostPaths {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -57,17 +59,23 @@ func TakeSnapshot() Snapshot {
 			}
 		}
 	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		if data, err := os.ReadFile(b); err == nil {
+			s.Loops[strings.TrimSpace(string(data))] = true
+		}
+	}
 	return s
 }
 
 // Added lists what after has and s had not, sorted, each prefixed with
-// its kind (path, link, cgroup).
+// its kind (path, link, cgroup, loop).
 func (s Snapshot) Added(after Snapshot) []string {
 	var added []string
 	for _, kind := range []struct {
 		name          string
 		before, after map[string]bool
-	}{{"path", s.Paths, after.Paths}, {"link", s.Links, after.Links}, {"cgroup", s.Cgroups, after.Cgroups}} {
+	}{{"path", s.Paths, after.Paths}, {"link", s.Links, after.Links}, {"cgroup", s.Cgroups, after.Cgroups}, {"loop", s.Loops, after.Loops}} {
 		for k := range kind.after {
 			if !kind.before[k] {
 				added = append(added, kind.name+" "+k)

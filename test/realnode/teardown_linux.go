@@ -52,19 +52,23 @@ func makeCgroupRoot(root string) error {
 
 // Stop tears the node down and leaves nothing behind: the kubelet, the
 // containers' processes (everything in the node's cgroups), containerd's
-// shims, containerd, every mount under Dir, the cgroups, the CNI bridge,
+// shims, containerd, the CSI plugin, every mount under Dir, the loop
+// devices over files under Dir, the cgroups, the CNI bridge,
 // what the kubelet and the CNI write outside --root-dir, and Dir.
 func (n *Node) Stop() error {
 	var errs []error
 	if n.kubelet != nil {
 		errs = append(errs, n.kubelet.Stop())
 	}
+	if n.csi != nil {
+		errs = append(errs, n.csi.Stop())
+	}
 	errs = append(errs, killCgroupProcs(n.CgroupRoot))
 	errs = append(errs, n.killShims())
 	if n.containerd != nil {
 		errs = append(errs, n.containerd.Stop())
 	}
-	errs = append(errs, unmountUnder(n.Dir), removeCgroups(n.CgroupRoot), deleteLink(bridgeName(n.Name)))
+	errs = append(errs, unmountUnder(n.Dir), detachLoops(n.Dir), removeCgroups(n.CgroupRoot), deleteLink(bridgeName(n.Name)))
 	errs = append(errs, n.before.RemoveNew())
 	if err := os.RemoveAll(n.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove node dir: %w", err))
