@@ -2,6 +2,7 @@ package csiplugin
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -235,5 +236,27 @@ func TestPublishNeedsStagingMount(t *testing.T) {
 	wantCode(t, "publish without the staging mount", v.publish(t), codes.FailedPrecondition)
 	if top, err := topMount(v.target); err != nil || top != nil {
 		t.Fatalf("target %q: mount %+v, %v; want nothing mounted", v.target, top, err)
+	}
+}
+
+// TestPublishReadOnly: a read-only publish (a readOnly claim) refuses
+// writes through the target while the staging mount stays writable.
+func TestPublishReadOnly(t *testing.T) {
+	testutil.RequiresRoot(t)
+	k := startPlugin(t, "")
+	v := newVol(t, k, AccessFilesystem, "ext4", 32<<20)
+	if err := v.stage(t, v.staging); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.NodePublishVolume(callCtx(t), &csi.NodePublishVolumeRequest{
+		VolumeId: v.id, StagingTargetPath: v.staging, TargetPath: v.target, VolumeCapability: v.vc, Readonly: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(v.target, "x"), payload, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Fatalf("write through a read-only target: %v, want EROFS", err)
+	}
+	if err := os.WriteFile(filepath.Join(v.staging, "x"), payload, 0o644); err != nil {
+		t.Fatalf("write to the staging mount: %v", err)
 	}
 }
