@@ -199,7 +199,7 @@ func (v *vm) resize(t *testing.T, ctx context.Context, fs, fs2 simnode.Volume) {
 }
 
 // requestExpansion writes what the external resizer would: the PV's new
-// capacity, the claim's request, and its status asking the node to finish
+// capacity and the claim's status asking the node to finish
 // (allocatedResources, allocatedResourceStatuses NodeResizePending).
 func (v *vm) requestExpansion(t *testing.T, ctx context.Context, vol simnode.Volume, size int64) {
 	t.Helper()
@@ -212,14 +212,9 @@ func (v *vm) requestExpansion(t *testing.T, ctx context.Context, vol simnode.Vol
 	if _, err := v.e.kube.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pvc, err := v.e.kube.CoreV1().PersistentVolumeClaims(v.ns).Get(ctx, vol.Claim, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = q
-	if _, err := v.e.kube.CoreV1().PersistentVolumeClaims(v.ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The claim's request stays: the PersistentVolumeClaimResize admission
+	// plugin refuses a larger request on a claim without a resizable
+	// StorageClass, and the kubelet reads only the status and the PV.
 	v.setClaimStatus(t, ctx, vol, func(st *corev1.PersistentVolumeClaimStatus) {
 		st.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: q}
 		st.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
