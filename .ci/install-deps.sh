@@ -16,6 +16,14 @@ check nsenter util-linux
 check fsfreeze util-linux
 check blkid util-linux
 check sha256sum coreutils
+# The real node (test/realnode): containerd, runc, the CNI plugins, a
+# static busybox for its images, ip for its bridge.
+check containerd containerd
+check ctr containerd
+check runc runc
+check ip iproute2
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || need+=(busybox-static)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
