@@ -4,4 +4,20 @@
 // run (issue #12). Its runc tests drive runc directly, without kubelet or
 // containerd, to check hpmount's device-cgroup rules against the rules runc
 // really makes.
+//
+// It owns: starting a node against a test/cluster control plane (Start:
+// containerd with its own config, root, state and socket; a static pause
+// and busybox-static packed as single-layer OCI tars by WriteOCI and
+// imported with ctr; a bridge + host-local CNI whose bridge carries the node
+// IP; the kubelet with an rshared --root-dir, its own cgroupRoot and a
+// system:nodes token; the test CSI plugin registered through
+// plugins_registry), Exec through the API server as kubectl exec does, the
+// CSI call log (Node.Calls), and a teardown (Node.Stop) that leaves nothing
+// behind, checked by TestMain against a Snapshot of HostPaths, links,
+// cgroups and loop devices.
+//
+// It refuses to be a cluster: no controller-manager or scheduler run, so
+// pods name their node, PVs and claims are created bound with their status
+// written by the test, and a DaemonSet never becomes pods. The agent runs as
+// the built binary on the host with the DaemonSet's flags, not as a pod.
 package realnode

@@ -13,6 +13,12 @@ import (
 	"time"
 )
 
+// Image names on the node; pods use them with imagePullPolicy Never.
+const (
+	PauseImage   = "docker.io/hpmount/pause:test"
+	BusyboxImage = "docker.io/hpmount/busybox:test"
+)
+
 // OCI media types of the images the node imports.
 const (
 	mediaIndex    = "application/vnd.oci.image.index.v1+json"

@@ -10,12 +10,6 @@ import (
 	"strings"
 )
 
-// Image names on the node; pods use them with imagePullPolicy Never.
-const (
-	PauseImage   = "docker.io/hpmount/pause:test"
-	BusyboxImage = "docker.io/hpmount/busybox:test"
-)
-
 // busyboxPath is Debian's static busybox (package busybox-static).
 const busyboxPath = "/bin/busybox"
 
