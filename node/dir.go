@@ -29,7 +29,7 @@ func (e *Engine) observeDirs(t *mount.Table, launcher types.UID) ([]agent.Observ
 		o := agent.ObservedVolume{Name: d.Name, Mode: kubevirt.Directory, Mounted: d.Mounted, Stacked: d.Depth,
 			SourceDev: d.Dev, SourceRoot: d.Root, SourceGone: d.SourceGone}
 		if o.Healthy(kubevirt.Directory) {
-			err := e.confirmSeenAt(launcher, d.Name, kubelet.DirTargetName(d.Name), uint64(d.MountID))
+			err := e.confirmSeenAt(launcher, d.Name, kubelet.DirTargetName(d.Name), fileEntry(d))
 			if errors.Is(err, agent.ErrStuck) {
 				return nil, err
 			}
@@ -46,7 +46,7 @@ func (e *Engine) attachDir(t *mount.Table, v agent.DesiredVolume, src string) (o
 	if err != nil || !r.Changed() {
 		return r, refusal(err)
 	}
-	return r, e.confirmSeenAt(v.LauncherUID, v.Name, kubelet.DirTargetName(v.Name), 0)
+	return r, e.confirmSeenAt(v.LauncherUID, v.Name, kubelet.DirTargetName(v.Name), entryKey{})
 }
 
 // attachFile binds disk.img, first creating it if it is missing and the
@@ -71,5 +71,5 @@ func (e *Engine) attachFile(t *mount.Table, v agent.DesiredVolume, src string) (
 	if err != nil || !r.Changed() {
 		return r, refusal(err)
 	}
-	return r, e.confirmSeen(v.LauncherUID, v.Name, 0)
+	return r, e.confirmSeen(v.LauncherUID, v.Name, entryKey{})
 }

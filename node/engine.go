@@ -209,7 +209,7 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 		o := agent.ObservedVolume{Name: f.Name, Mode: kubevirt.Filesystem, Mounted: f.Mounted, Stacked: f.Depth,
 			SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}
 		if o.Healthy(kubevirt.Filesystem) {
-			err := e.confirmSeen(launcher, f.Name, uint64(f.MountID))
+			err := e.confirmSeen(launcher, f.Name, fileEntry(f))
 			if errors.Is(err, agent.ErrStuck) {
 				return nil, err
 			}

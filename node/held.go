@@ -147,6 +147,11 @@ func (e *Engine) fileStaleOpen(launcher types.UID, f mount.Observed) (string, er
 	if f.MountID == 0 {
 		return "", nil // no bind to compare with
 	}
-	entry := entryKey{mountID: uint64(f.MountID), source: f.Dev + " " + f.Root}
-	return e.staleOpen(launcher, f.Name, kubelet.TargetName(f.Name), entry)
+	return e.staleOpen(launcher, f.Name, kubelet.TargetName(f.Name), fileEntry(f))
+}
+
+// fileEntry is the entry of a filesystem or directory volume's bind, as
+// observed.
+func fileEntry(f mount.Observed) entryKey {
+	return entryKey{mountID: uint64(f.MountID), source: f.Dev + " " + f.Root}
 }

@@ -13,27 +13,35 @@ import (
 	"github.com/hpmount/hpmount/propagation"
 )
 
-// sightMemo remembers, per target, the mount the launcher was last seen to
-// receive. A mount never leaves a namespace it reached while it stays
-// mounted, so a resync asks the launcher again only about a new mount.
+// sightMemo remembers, per target, the bind the launcher was last seen to
+// receive, as mountinfo names it: mount id and source. A mount never leaves
+// a namespace it reached while it stays mounted, so a resync asks the
+// launcher again only about a new bind. The mount id alone would not tell
+// one: a bind replaced by someone else (virt-handler, an operator) often
+// gets the freed id back (entryKey).
 type sightMemo struct {
 	mu   sync.Mutex
-	seen map[growKey]uint64 // mount id
+	seen map[growKey]entryKey
 }
 
-func (m *sightMemo) has(k growKey, id uint64) bool {
+func (m *sightMemo) has(k growKey, e entryKey) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return id != 0 && m.seen[k] == id
+	return e.mountID != 0 && m.seen[k] == e
 }
 
-func (m *sightMemo) put(k growKey, id uint64) {
+// put remembers e; a bind not yet read from mountinfo (an attach) is not
+// remembered, so the next observe asks once more and remembers it then.
+func (m *sightMemo) put(k growKey, e entryKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.seen == nil {
-		m.seen = map[growKey]uint64{}
+	if e.mountID == 0 {
+		return
 	}
-	m.seen[k] = id
+	if m.seen == nil {
+		m.seen = map[growKey]entryKey{}
+	}
+	m.seen[k] = e
 }
 
 func (m *sightMemo) forget(k growKey) {
@@ -44,22 +52,22 @@ func (m *sightMemo) forget(k growKey) {
 
 // confirmSeen checks that the launcher sees the bind on a filesystem
 // volume's target as the host made it (propagation.LauncherView.Check).
-// mountID is the bind's id when known (0: not yet). It returns an error
+// bind is the bind as the batch's mountinfo shows it (zero: not yet read). It returns an error
 // wrapping agent.ErrNotPropagated when a process of the launcher mounts
 // hotplug-disks yet sees something else there, and nil when it sees the
 // bind or nothing can be told: no process of the pod mounts hotplug-disks
 // yet (its containers are starting or restarting), or the target cannot be
 // looked at, which the attach or observe reports itself. Only a call stuck
 // past its deadline is an error of its own.
-func (e *Engine) confirmSeen(launcher types.UID, name string, mountID uint64) error {
-	return e.confirmSeenAt(launcher, name, kubelet.TargetName(name), mountID)
+func (e *Engine) confirmSeen(launcher types.UID, name string, bind entryKey) error {
+	return e.confirmSeenAt(launcher, name, kubelet.TargetName(name), bind)
 }
 
 // confirmSeenAt is confirmSeen of the target file (or directory) target of
 // volume name.
-func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, mountID uint64) error {
+func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, bind entryKey) error {
 	k := growKey{launcher, name}
-	if e.sight.has(k, mountID) {
+	if e.sight.has(k, bind) {
 		return nil
 	}
 	// why is the call's value: nil when the launcher sees the bind or
@@ -68,7 +76,7 @@ func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, mountID 
 		look, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
 		switch look.Sight {
 		case propagation.Seen:
-			e.sight.put(k, look.MountID)
+			e.sight.put(k, bind)
 			e.held.remember(k, look.Binds)
 		case propagation.NotSeen:
 			return why, nil
