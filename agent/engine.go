@@ -45,7 +45,9 @@ type ObservedVolume struct {
 	Name string
 	Mode kubevirt.VolumeMode
 	// Filesystem and Directory mode: the top mount on <Name>.img or
-	// <Name>, if any.
+	// <Name>, if any. Block mode: something is mounted on the node (never
+	// hpmount's doing), so it is not healthy and the next attach removes
+	// the mount.
 	Mounted    bool
 	Stacked    int    // mounts on the target; >1 is a fault the engine repairs
 	SourceDev  string // "MAJ:MIN" of the mounted filesystem
@@ -69,7 +71,7 @@ type ObservedVolume struct {
 }
 
 // Healthy reports whether an observed entry already is what a volume of
-// mode wants: a single live mount, or a block node.
+// mode wants: a single live mount, or a block node nothing is mounted on.
 func (o *ObservedVolume) Healthy(mode kubevirt.VolumeMode) bool {
 	if o == nil || o.Mode != mode {
 		return false
@@ -77,7 +79,7 @@ func (o *ObservedVolume) Healthy(mode kubevirt.VolumeMode) bool {
 	if mode == kubevirt.Filesystem || mode == kubevirt.Directory {
 		return o.Mounted && o.Stacked <= 1 && !o.SourceGone
 	}
-	return true
+	return !o.Mounted
 }
 
 // GrowResult reports an online filesystem growth check.

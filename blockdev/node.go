@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"errors"
+	"os"
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -18,10 +19,25 @@ type Published struct {
 type Node struct {
 	Name   string
 	Device Device
+	// Covered: something is mounted on the node's name (a bind of a host
+	// file or device node: hpmount never mounts on a block node). Device
+	// is then zero, since what is below the mount cannot be reached
+	// without removing it (mount.Uncover).
+	Covered bool
 }
 
 // Nodes manages block device nodes in launchers' hotplug-disks directories.
-// Every syscall runs in NS, beneath Root, on file descriptors.
+//
+// PublishedDevice runs in NS, beneath Root. Ensure, Recheck, Remove and
+// Observe work on a hotplug-disks directory the caller opened and checked
+// (mount.InLauncherDir: the launcher-directory rule has one owner, mount,
+// and the engine already holds the batch's mount table it is judged
+// against), through its descriptor only, on the caller's thread: the
+// engine calls them inside that call in the host namespace. Every name is
+// looked up with symlinks refused, and a name with a mount on it is
+// refused (isolation.ErrUnsafePath) before anything is written, chowned
+// or unlinked through it, so a host file or device node bound there is
+// never touched.
 type Nodes struct {
 	NS *isolation.MountNamespace
 	// Root is the kubelet root as resolved in NS; its configured spelling
@@ -37,9 +53,10 @@ type Nodes struct {
 // since. Nothing is granted for it.
 var ErrUnconfirmed = errors.New("the node's device cannot be confirmed to be the volume's")
 
-// Recheck confirms that the block node targetDir/name still names the disk
+// Recheck confirms that the block node name in dir still names the disk
 // it was made for, as Ensure recorded it (the disk's sequence number, kept
 // on the node itself, so it survives an agent restart without a record
 // file), and returns its device. A node without a record, or whose number
-// now belongs to another disk, wraps ErrUnconfirmed.
-func (n *Nodes) Recheck(targetDir, name string) (Device, error) { return n.recheck(targetDir, name) }
+// now belongs to another disk, wraps ErrUnconfirmed; a missing node wraps
+// fs.ErrNotExist.
+func (n *Nodes) Recheck(dir *os.File, name string) (Device, error) { return n.recheck(dir, name) }

@@ -44,48 +44,58 @@ func statBlock(f *os.File) (Published, error) {
 	return Published{Device: d, Perm: st.Mode & 0o777}, d.Validate()
 }
 
-// Ensure makes targetDir/name a block device node for p, owned by UID:GID.
+// Ensure makes name in dir a block device node for p, owned by UID:GID.
 // A node for another device is replaced, and that device is returned so its
 // cgroup rule can be dropped; a correct node is left alone with no changing
-// syscall. Anything else under that name is refused, not removed: it is not
-// ours.
-func (n *Nodes) Ensure(targetDir, name string, p Published) (outcome.Result, Device, error) {
+// syscall. Anything else under that name, or a mount on it, is refused,
+// not removed: it is not ours.
+func (n *Nodes) Ensure(dir *os.File, name string, p Published) (outcome.Result, Device, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return outcome.Unchanged, Device{}, err
 	}
 	if err := p.Device.Validate(); err != nil {
 		return outcome.Unchanged, Device{}, err
 	}
-	c, err := isolation.Call(n.NS, func() (change, error) {
-		dir, err := n.openDir(targetDir)
-		if err != nil {
-			return change{}, err
+	dirID, err := isolation.MountID(dir)
+	if err != nil {
+		return outcome.Unchanged, Device{}, err
+	}
+	c := change{Result: outcome.Created}
+	f, st, err := lookup(dir, dirID, name)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+	case err != nil:
+		return outcome.Unchanged, Device{}, err
+	default:
+		var done bool
+		c, done, err = n.settle(dir, f, st, name, p)
+		f.Close()
+		if done || err != nil {
+			return c.result(), c.Dev, err
 		}
-		defer dir.Close()
-		dfd := int(dir.Fd())
-		var st unix.Stat_t
-		c := change{Result: outcome.Created}
-		switch err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
-		case errors.Is(err, unix.ENOENT):
-		case err != nil:
-			return change{}, fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
-		case st.Mode&unix.S_IFMT != unix.S_IFBLK:
-			return change{}, fmt.Errorf("%q in %q: %w: exists and is not a block device (mode %o)", name, targetDir, isolation.ErrUnsafePath, st.Mode)
-		case unix.Major(st.Rdev) == p.Device.Major && unix.Minor(st.Rdev) == p.Device.Minor:
-			return change{}, n.fixOwner(dfd, targetDir, name, p, &st)
-		default:
-			if err := unix.Unlinkat(dfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-				return change{}, fmt.Errorf("remove stale node %q in %q: %w", name, targetDir, err)
-			}
-			c = change{outcome.Replaced, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}}
-		}
-		dev := unix.Mkdev(p.Device.Major, p.Device.Minor)
-		if err := unix.Mknodat(dfd, name, unix.S_IFBLK|p.Perm, int(dev)); err != nil {
-			return change{}, fmt.Errorf("mknod %q in %q as %d:%d: %w", name, targetDir, p.Device.Major, p.Device.Minor, err)
-		}
-		return c, n.verifyAndOwn(dfd, targetDir, name, p)
-	})
-	return c.result(), c.Dev, err
+	}
+	dev := unix.Mkdev(p.Device.Major, p.Device.Minor)
+	if err := unix.Mknodat(int(dir.Fd()), name, unix.S_IFBLK|p.Perm, int(dev)); err != nil {
+		return outcome.Unchanged, Device{}, fmt.Errorf("mknod %q in %q as %d:%d: %w", name, dir.Name(), p.Device.Major, p.Device.Minor, err)
+	}
+	return c.result(), c.Dev, n.verifyAndOwn(dir, dirID, name, p)
+}
+
+// settle deals with the entry f already at name: a node of p's device
+// only has its owner and record fixed (done); a node of another device is
+// unlinked, to be made again, and its device returned; anything else is
+// refused.
+func (n *Nodes) settle(dir, f *os.File, st unix.Stat_t, name string, p Published) (c change, done bool, err error) {
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFBLK:
+		return change{}, true, fmt.Errorf("%q in %q: %w: exists and is not a block device (mode %o)", name, dir.Name(), isolation.ErrUnsafePath, st.Mode)
+	case unix.Major(st.Rdev) == p.Device.Major && unix.Minor(st.Rdev) == p.Device.Minor:
+		return change{}, true, n.fixOwner(f, st, p)
+	}
+	if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return change{}, true, fmt.Errorf("remove stale node %q in %q: %w", name, dir.Name(), err)
+	}
+	return change{outcome.Replaced, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}}, false, nil
 }
 
 // change is what Ensure or Remove did to a node, and the device it had.
@@ -101,120 +111,134 @@ func (c change) result() outcome.Result {
 	return c.Result
 }
 
-// verifyAndOwn re-opens the new node without following links and checks it
-// is the device just made before changing its owner through that fd, so a
-// name swapped meanwhile is never chowned.
-func (n *Nodes) verifyAndOwn(dfd int, targetDir, name string, p Published) error {
-	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open new node %q in %q: %w", name, targetDir, err)
-	}
-	defer unix.Close(fd)
+// errCovered refuses a name with something mounted on it. hpmount never
+// mounts on a block node, and a lookup of the name reaches the top mount:
+// a host file or device node bound there would be chowned, recorded or
+// opened in the node's stead. mount.Uncover removes such a mount.
+var errCovered = fmt.Errorf("%w: something is mounted on it", isolation.ErrUnsafePath)
+
+// lookup opens name in dir as O_PATH without following a symlink and
+// stats it, refusing it (errCovered) unless it is on dir's own mount.
+func lookup(dir *os.File, dirID uint64, name string) (*os.File, unix.Stat_t, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("stat new node %q in %q: %w", name, targetDir, err)
+	where := filepath.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, st, fmt.Errorf("open %q: %w", where, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != p.Device.Major || unix.Minor(st.Rdev) != p.Device.Minor {
-		return fmt.Errorf("node %q in %q changed under us: %w", name, targetDir, isolation.ErrUnsafePath)
+	f := os.NewFile(uintptr(fd), where)
+	id, err := isolation.MountID(f)
+	if err == nil && id != dirID {
+		err = fmt.Errorf("%q: %w (mount %d, not the directory's %d)", where, errCovered, id, dirID)
 	}
-	if err := unix.Fchownat(fd, "", n.UID, n.GID, unix.AT_EMPTY_PATH); err != nil {
-		return fmt.Errorf("chown node %q in %q: %w", name, targetDir, err)
+	if err == nil {
+		if err = unix.Fstat(fd, &st); err != nil {
+			err = fmt.Errorf("stat %q: %w", where, err)
+		}
 	}
-	return n.record(fd, p.Device)
+	if err != nil {
+		f.Close()
+		return nil, st, err
+	}
+	return f, st, nil
 }
 
-// fixOwner corrects the owner of a node that already names the published
-// device, and records which disk that is if the node has no record yet.
-func (n *Nodes) fixOwner(dfd int, targetDir, name string, p Published, st *unix.Stat_t) error {
-	if int(st.Uid) != n.UID || int(st.Gid) != n.GID {
-		return n.verifyAndOwn(dfd, targetDir, name, p)
-	}
-	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// verifyAndOwn looks the new node up again (without following links, on
+// dir's own mount) and checks it is the device just made before changing
+// its owner through that descriptor, so a name swapped or covered
+// meanwhile is never chowned.
+func (n *Nodes) verifyAndOwn(dir *os.File, dirID uint64, name string, p Published) error {
+	f, st, err := lookup(dir, dirID, name)
 	if err != nil {
-		return fmt.Errorf("open node %q in %q: %w", name, targetDir, err)
+		return fmt.Errorf("new node: %w", err)
 	}
-	defer unix.Close(fd)
-	if _, err := recorded(fd); err == nil {
+	defer f.Close()
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != p.Device.Major || unix.Minor(st.Rdev) != p.Device.Minor {
+		return fmt.Errorf("node %q changed under us: %w", f.Name(), isolation.ErrUnsafePath)
+	}
+	return n.own(f, p.Device)
+}
+
+// own gives the verified node f to UID:GID and records its disk.
+func (n *Nodes) own(f *os.File, dev Device) error {
+	if err := unix.Fchownat(int(f.Fd()), "", n.UID, n.GID, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("chown node %q: %w", f.Name(), err)
+	}
+	return n.record(int(f.Fd()), dev)
+}
+
+// fixOwner corrects the owner of f, a node (not covered) that already
+// names the published device, and records which disk that is if the node
+// has no record yet.
+func (n *Nodes) fixOwner(f *os.File, st unix.Stat_t, p Published) error {
+	if int(st.Uid) != n.UID || int(st.Gid) != n.GID {
+		return n.own(f, p.Device)
+	}
+	if _, err := recorded(int(f.Fd())); err == nil {
 		return nil
 	}
-	return n.record(fd, p.Device)
+	return n.record(int(f.Fd()), p.Device)
 }
 
-// Remove unlinks the block node targetDir/name and returns the device it
-// pointed at. A missing node or directory is success.
-func (n *Nodes) Remove(targetDir, name string) (outcome.Result, Device, error) {
+// Remove unlinks the block node name in dir and returns the device it
+// pointed at. A missing node is success; anything else under the name, or
+// a mount on it, is refused and left.
+func (n *Nodes) Remove(dir *os.File, name string) (outcome.Result, Device, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return outcome.Unchanged, Device{}, err
 	}
-	c, err := isolation.Call(n.NS, func() (change, error) {
-		dir, err := n.openDir(targetDir)
-		if errors.Is(err, unix.ENOENT) {
-			return change{}, nil
-		}
-		if err != nil {
-			return change{}, err
-		}
-		defer dir.Close()
-		var st unix.Stat_t
-		err = unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
-		if errors.Is(err, unix.ENOENT) {
-			return change{}, nil
-		}
-		if err != nil {
-			return change{}, fmt.Errorf("stat %q in %q: %w", name, targetDir, err)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
-			return change{}, fmt.Errorf("%q in %q: %w: not a block device, not removing it", name, targetDir, isolation.ErrUnsafePath)
-		}
-		if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return change{}, fmt.Errorf("remove node %q in %q: %w", name, targetDir, err)
-		}
-		return change{outcome.Removed, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}}, nil
-	})
-	return c.result(), c.Dev, err
+	dirID, err := isolation.MountID(dir)
+	if err != nil {
+		return outcome.Unchanged, Device{}, err
+	}
+	f, st, err := lookup(dir, dirID, name)
+	if errors.Is(err, unix.ENOENT) {
+		return outcome.Unchanged, Device{}, nil
+	}
+	if err != nil {
+		return outcome.Unchanged, Device{}, err
+	}
+	f.Close()
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return outcome.Unchanged, Device{}, fmt.Errorf("%q in %q: %w: not a block device, not removing it", name, dir.Name(), isolation.ErrUnsafePath)
+	}
+	if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return outcome.Unchanged, Device{}, fmt.Errorf("remove node %q in %q: %w", name, dir.Name(), err)
+	}
+	return outcome.Removed, Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}, nil
 }
 
-// Observe lists the block device nodes in targetDir. A missing directory
-// has none.
-func (n *Nodes) Observe(targetDir string) ([]Node, error) {
-	return isolation.Call(n.NS, func() ([]Node, error) {
-		dir, err := n.openDir(targetDir)
-		if errors.Is(err, unix.ENOENT) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer dir.Close()
-		entries, _, err := kubelet.ReadTargets(dir)
-		if err != nil {
-			return nil, err
-		}
-		var nodes []Node
-		for _, e := range entries {
-			name := e.Name()
-			if e.Type()&fs.ModeDevice == 0 || e.Type()&fs.ModeCharDevice != 0 {
-				continue // not a block node: passed over without a stat
-			}
-			var st unix.Stat_t
-			if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				continue // removed while listing
-			}
-			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
-				nodes = append(nodes, Node{Name: name, Device: Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}})
-			}
-		}
-		return nodes, nil
-	})
-}
-
-func (n *Nodes) openDir(rel string) (*os.File, error) {
-	root, err := n.Root.Open()
+// Observe lists the block device nodes in dir. A node with something
+// mounted on it is listed as Covered, without a device.
+func (n *Nodes) Observe(dir *os.File) ([]Node, error) {
+	dirID, err := isolation.MountID(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	return isolation.OpenBeneath(root, rel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+	entries, _, err := kubelet.ReadTargets(dir)
+	if err != nil {
+		return nil, err
+	}
+	var nodes []Node
+	for _, e := range entries {
+		name := e.Name()
+		if e.Type()&fs.ModeDevice == 0 || e.Type()&fs.ModeCharDevice != 0 {
+			continue // not a block node: passed over without a stat
+		}
+		f, st, err := lookup(dir, dirID, name)
+		switch {
+		case errors.Is(err, errCovered):
+			nodes = append(nodes, Node{Name: name, Covered: true})
+		case err != nil:
+			continue // removed while listing
+		case st.Mode&unix.S_IFMT == unix.S_IFBLK:
+			nodes = append(nodes, Node{Name: name, Device: Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}})
+		}
+		if f != nil {
+			f.Close()
+		}
+	}
+	return nodes, nil
 }
 
 // diskSeqAttr holds, on a node, the sequence number of the disk it was
@@ -270,31 +294,24 @@ func recorded(fd int) (string, error) {
 // descriptor, and the magic link reaches exactly its inode.
 func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-func (n *Nodes) recheck(targetDir, name string) (Device, error) {
+func (n *Nodes) recheck(dir *os.File, name string) (Device, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return Device{}, err
 	}
-	return isolation.Call(n.NS, func() (Device, error) {
-		dir, err := n.openDir(targetDir)
-		if err != nil {
-			return Device{}, err
-		}
-		defer dir.Close()
-		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return Device{}, fmt.Errorf("open node %q in %q: %w", name, targetDir, err)
-		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return Device{}, fmt.Errorf("stat node %q in %q: %w", name, targetDir, err)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
-			return Device{}, fmt.Errorf("%q in %q: %w: not a block device", name, targetDir, isolation.ErrUnsafePath)
-		}
-		dev := Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
-		return dev, n.confirm(fd, dev)
-	})
+	dirID, err := isolation.MountID(dir)
+	if err != nil {
+		return Device{}, err
+	}
+	f, st, err := lookup(dir, dirID, name)
+	if err != nil {
+		return Device{}, fmt.Errorf("node: %w", err)
+	}
+	defer f.Close()
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return Device{}, fmt.Errorf("%q: %w: not a block device", f.Name(), isolation.ErrUnsafePath)
+	}
+	dev := Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+	return dev, n.confirm(int(f.Fd()), dev)
 }
 
 // confirm checks the node's record against the disk that now has dev.

@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,6 +54,24 @@ func newNodeFixture(t *testing.T) *nodeFixture {
 	return f
 }
 
+// dir opens the launcher's hotplug-disks as the engine hands it to Nodes
+// (there through mount.InLauncherDir). Each call opens it anew: a listing
+// reads a descriptor to its end.
+func (f *nodeFixture) dir(t *testing.T) *os.File {
+	t.Helper()
+	root, err := isolation.OpenRoot(f.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	d, err := isolation.OpenBeneath(root, targetRel, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // publish does what the CSI driver and kubelet do: bind the device node onto
 // a file at the publish path and link the pod's volumeDevices entry to it.
 func (f *nodeFixture) publish(t *testing.T, device string) {
@@ -87,7 +106,7 @@ func TestNodeLifecycle(t *testing.T) {
 		t.Fatalf("published device %v is not a loop device", p.Device)
 	}
 	for i, want := range []outcome.Result{outcome.Created, outcome.Unchanged} {
-		got, _, err := f.nodes.Ensure(targetRel, "vol", p)
+		got, _, err := f.nodes.Ensure(f.dir(t), "vol", p)
 		if err != nil || got != want {
 			t.Fatalf("ensure #%d = %s, %v; want %s", i+1, got, err, want)
 		}
@@ -104,7 +123,7 @@ func TestNodeLifecycle(t *testing.T) {
 	if got != "hpmount-block" {
 		t.Fatalf("device holds %q", got)
 	}
-	nodes, err := f.nodes.Observe(targetRel)
+	nodes, err := f.nodes.Observe(f.dir(t))
 	if err != nil || len(nodes) != 1 || nodes[0].Device != p.Device {
 		t.Fatalf("observe = %+v, %v", nodes, err)
 	}
@@ -116,7 +135,7 @@ func TestNodeLifecycle(t *testing.T) {
 	if err != nil || p2.Device == p.Device {
 		t.Fatalf("re-published device %v, %v", p2.Device, err)
 	}
-	if got, old, err := f.nodes.Ensure(targetRel, "vol", p2); err != nil || got != outcome.Replaced || old != p.Device {
+	if got, old, err := f.nodes.Ensure(f.dir(t), "vol", p2); err != nil || got != outcome.Replaced || old != p.Device {
 		t.Fatalf("ensure after re-publish = %s, %v (old %v)", got, err, old)
 	}
 	if err := unix.Stat(node, &st); err != nil || unix.Minor(st.Rdev) != p2.Device.Minor {
@@ -124,7 +143,7 @@ func TestNodeLifecycle(t *testing.T) {
 	}
 
 	for i, want := range []outcome.Result{outcome.Removed, outcome.Unchanged} {
-		got, dev, err := f.nodes.Remove(targetRel, "vol")
+		got, dev, err := f.nodes.Remove(f.dir(t), "vol")
 		if err != nil || got != want {
 			t.Fatalf("remove #%d = %s, %v", i+1, got, err)
 		}
@@ -149,10 +168,10 @@ func TestNodeRefusals(t *testing.T) {
 		if err := os.Symlink(outside, filepath.Join(target, "trap")); err != nil {
 			t.Fatal(err)
 		}
-		if err := ensureErr(f.nodes, targetRel, "trap", p); !errors.Is(err, isolation.ErrUnsafePath) {
+		if err := ensureErr(f.nodes, f.dir(t), "trap", p); !errors.Is(err, isolation.ErrUnsafePath) {
 			t.Fatalf("got %v", err)
 		}
-		if _, _, err := f.nodes.Remove(targetRel, "trap"); !errors.Is(err, isolation.ErrUnsafePath) {
+		if _, _, err := f.nodes.Remove(f.dir(t), "trap"); !errors.Is(err, isolation.ErrUnsafePath) {
 			t.Fatalf("remove got %v", err)
 		}
 		if _, err := os.Lstat(filepath.Join(target, "trap")); err != nil {
@@ -161,20 +180,11 @@ func TestNodeRefusals(t *testing.T) {
 	})
 	for _, name := range []string{"a/b", "..", ".", "", "x\x00y", strings.Repeat("n", 201)} {
 		t.Run("name "+name, func(t *testing.T) {
-			if err := ensureErr(f.nodes, targetRel, name, p); !errors.Is(err, isolation.ErrUnsafePath) {
+			if err := ensureErr(f.nodes, f.dir(t), name, p); !errors.Is(err, isolation.ErrUnsafePath) {
 				t.Fatalf("got %v", err)
 			}
 		})
 	}
-	t.Run("target dir is a symlink", func(t *testing.T) {
-		linked := "pods/" + launcher + "/volumes/kubernetes.io~empty-dir/linked"
-		if err := os.Symlink(t.TempDir(), filepath.Join(f.root, linked)); err != nil {
-			t.Fatal(err)
-		}
-		if err := ensureErr(f.nodes, linked, "vol", p); !errors.Is(err, isolation.ErrUnsafePath) {
-			t.Fatalf("got %v", err)
-		}
-	})
 	for name, link := range map[string]string{
 		"pv-outside": outside,
 		"pv-regular": filepath.Join(f.root, "pods", hpPod, "plain"),
@@ -200,7 +210,7 @@ func TestNodeRefusals(t *testing.T) {
 	})
 }
 
-func ensureErr(n *Nodes, dir, name string, p Published) error {
+func ensureErr(n *Nodes, dir *os.File, name string, p Published) error {
 	_, _, err := n.Ensure(dir, name, p)
 	return err
 }
@@ -214,18 +224,18 @@ func TestRecheckConfirmsTheDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.nodes.Ensure(targetRel, "vol", p); err != nil {
+	if _, _, err := f.nodes.Ensure(f.dir(t), "vol", p); err != nil {
 		t.Fatal(err)
 	}
-	if dev, err := f.nodes.Recheck(targetRel, "vol"); err != nil || dev != p.Device {
+	if dev, err := f.nodes.Recheck(f.dir(t), "vol"); err != nil || dev != p.Device {
 		t.Fatalf("recheck = %v, %v; want %v confirmed", dev, err, p.Device)
 	}
 	// A restarted agent has nothing but the node.
 	restarted := &Nodes{NS: f.nodes.NS, Root: f.nodes.Root, UID: 107, GID: 107}
-	if dev, err := restarted.Recheck(targetRel, "vol"); err != nil || dev != p.Device {
+	if dev, err := restarted.Recheck(f.dir(t), "vol"); err != nil || dev != p.Device {
 		t.Fatalf("recheck after restart = %v, %v; want %v confirmed", dev, err, p.Device)
 	}
-	if _, err := f.nodes.Recheck(targetRel, "missing"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := f.nodes.Recheck(f.dir(t), "missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("recheck of a missing node = %v, want not exist", err)
 	}
 	// A node nobody recorded (made by hand, or by another tool).
@@ -233,7 +243,7 @@ func TestRecheckConfirmsTheDisk(t *testing.T) {
 	if err := unix.Mknod(unrecorded, unix.S_IFBLK|0o660, int(f.loop.Dev(t))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.nodes.Recheck(targetRel, "other"); !errors.Is(err, ErrUnconfirmed) {
+	if _, err := f.nodes.Recheck(f.dir(t), "other"); !errors.Is(err, ErrUnconfirmed) {
 		t.Fatalf("recheck of an unrecorded node = %v, want ErrUnconfirmed", err)
 	}
 	// The loop device is detached and its number given to another disk.
@@ -243,8 +253,85 @@ func TestRecheckConfirmsTheDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Run(t, "losetup", f.loop.Device, backing)
-	_, err = f.nodes.Recheck(targetRel, "vol")
+	_, err = f.nodes.Recheck(f.dir(t), "vol")
 	if !errors.Is(err, ErrUnconfirmed) || !strings.Contains(err.Error(), "is now disk") {
 		t.Fatalf("recheck after the number was reused = %v, want ErrUnconfirmed naming both disks", err)
 	}
+}
+
+// TestCoveredNodeRefused: a host file, or a host device node of the very
+// disk the node is for, bind-mounted on the node's name is what a lookup
+// of the name reaches. Ensure, Recheck and Remove refuse it before any
+// write, chown, record or unlink, and Observe lists the name as covered
+// without its device; the host file keeps owner, mode, attributes and
+// content.
+func TestCoveredNodeRefused(t *testing.T) {
+	f := newNodeFixture(t)
+	p, err := f.nodes.PublishedDevice(hpPod, pvName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostFile := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(hostFile, []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostNode := filepath.Join(t.TempDir(), "disk")
+	if err := unix.Mknod(hostNode, unix.S_IFBLK|0o600, int(f.loop.Dev(t))); err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{hostFile, hostNode} {
+		t.Run(filepath.Base(host), func(t *testing.T) {
+			if _, _, err := f.nodes.Ensure(f.dir(t), "vol", p); err != nil {
+				t.Fatal(err)
+			}
+			node := filepath.Join(f.root, targetRel, "vol")
+			if err := unix.Mount(host, node, "", unix.MS_BIND, ""); err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Unmount(node, unix.MNT_DETACH)
+			before := facts(t, host)
+			if err := ensureErr(f.nodes, f.dir(t), "vol", p); !errors.Is(err, isolation.ErrUnsafePath) {
+				t.Errorf("ensure = %v, want unsafe", err)
+			}
+			if _, err := f.nodes.Recheck(f.dir(t), "vol"); !errors.Is(err, isolation.ErrUnsafePath) {
+				t.Errorf("recheck = %v, want unsafe", err)
+			}
+			if _, _, err := f.nodes.Remove(f.dir(t), "vol"); !errors.Is(err, isolation.ErrUnsafePath) {
+				t.Errorf("remove = %v, want unsafe", err)
+			}
+			if nodes, err := f.nodes.Observe(f.dir(t)); err != nil || len(nodes) != 1 || !nodes[0].Covered || nodes[0].Device != (Device{}) {
+				t.Errorf("observe = %+v, %v; want the name covered", nodes, err)
+			}
+			if after := facts(t, host); after != before {
+				t.Errorf("host %q changed: %s, was %s", host, after, before)
+			}
+			if err := unix.Unmount(node, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := f.nodes.Remove(f.dir(t), "vol"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// facts is what must not change about a host file or node: kind, mode,
+// owner, device, extended attributes and content.
+func facts(t *testing.T, p string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	n, _ := unix.Llistxattr(p, buf)
+	s := fmt.Sprintf("%o %d:%d rdev %d size %d xattrs %q", st.Mode, st.Uid, st.Gid, st.Rdev, st.Size, buf[:max(n, 0)])
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s += " " + string(b)
+	}
+	return s
 }

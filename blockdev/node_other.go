@@ -5,6 +5,7 @@ package blockdev
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -15,20 +16,20 @@ func (n *Nodes) PublishedDevice(podUID, pvName string) (Published, error) {
 }
 
 // Ensure is only supported on Linux.
-func (n *Nodes) Ensure(targetDir, name string, p Published) (outcome.Result, Device, error) {
+func (n *Nodes) Ensure(dir *os.File, name string, p Published) (outcome.Result, Device, error) {
 	return outcome.Unchanged, Device{}, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
 }
 
 // Remove is only supported on Linux.
-func (n *Nodes) Remove(targetDir, name string) (outcome.Result, Device, error) {
+func (n *Nodes) Remove(dir *os.File, name string) (outcome.Result, Device, error) {
 	return outcome.Unchanged, Device{}, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
 }
 
 // Observe is only supported on Linux.
-func (n *Nodes) Observe(targetDir string) ([]Node, error) {
-	return nil, fmt.Errorf("list %q: %w", targetDir, errors.ErrUnsupported)
+func (n *Nodes) Observe(dir *os.File) ([]Node, error) {
+	return nil, fmt.Errorf("list %q: %w", dir.Name(), errors.ErrUnsupported)
 }
 
-func (n *Nodes) recheck(targetDir, name string) (Device, error) {
+func (n *Nodes) recheck(dir *os.File, name string) (Device, error) {
 	return Device{}, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
 }

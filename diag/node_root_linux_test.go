@@ -153,7 +153,13 @@ func (e *env) mknod(m *vm, vol string, d *simnode.Disk, allow bool) {
 	maj, min, err := d.Rdev()
 	e.must(err)
 	dev := blockdev.Device{Major: maj, Minor: min}
-	_, _, err = nodes.Ensure(m.targetDir, vol, blockdev.Published{Device: dev, Perm: 0o660})
+	t, err := mount.ReadTable("/proc/self/mountinfo")
+	e.must(err)
+	_, err = mount.InLauncherDir(&mount.Attacher{NS: ns, KubeletRoot: e.node.KubeletRoot}, t, m.targetDir,
+		func(dir *os.File) (blockdev.Device, error) {
+			_, old, err := nodes.Ensure(dir, vol, blockdev.Published{Device: dev, Perm: 0o660})
+			return old, err
+		})
 	e.must(err)
 	if allow {
 		compute := blockdev.Container{PodUID: string(m.launcher),

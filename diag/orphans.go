@@ -1,6 +1,8 @@
 package diag
 
 import (
+	"errors"
+	"io/fs"
 	"path"
 	"strings"
 
@@ -8,6 +10,7 @@ import (
 
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/mount"
 )
 
 // wantedVolumes maps a launcher pod UID on this node to the hotplug volume
@@ -84,8 +87,8 @@ func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry,
 			Mount: mountEntry(m, o.Depth), Device: o.Dev, Verdict: Orphan, Hint: orphanHint("mount", target),
 		})
 	}
-	nodes, err := in.nodes.Observe(dir)
-	if err != nil {
+	nodes, err := mount.InLauncherDir(in.attacher, in.table, dir, in.nodes.Observe)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	for _, n := range nodes {

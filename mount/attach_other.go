@@ -5,6 +5,7 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -46,3 +47,11 @@ func (a *Attacher) createDiskImage(sourceDir string, capacity int64, overhead fl
 }
 
 func deadSource(error) bool { return false }
+
+func (a *Attacher) openLauncherDir(t *Table, targetDir string) (*os.File, error) {
+	return nil, fmt.Errorf("open %q: %w", targetDir, errors.ErrUnsupported)
+}
+
+func uncover(t *Table, dir *os.File, name string) (int, error) {
+	return 0, fmt.Errorf("uncover %q in %q: %w", name, dir.Name(), errors.ErrUnsupported)
+}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
 )
 
 // A launcher's hotplug-disks is the kubelet's emptyDir: a plain directory
@@ -99,4 +100,25 @@ func checkEmptyDirMount(t *Table, id, podsID uint64, mountPoint, rel string) err
 			mountPoint, isolation.ErrUnsafePath, m.Dev(), o.MountPoint, o.Root)
 	}
 	return nil
+}
+
+func (a *Attacher) openLauncherDir(t *Table, targetDir string) (*os.File, error) {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir, _, err := openTargetDir(t, root, targetDir)
+	return dir, err
+}
+
+func uncover(t *Table, dir *os.File, name string) (int, error) {
+	if err := kubelet.ValidName(name); err != nil {
+		return 0, fmt.Errorf("uncover in %q: %w", dir.Name(), err)
+	}
+	dirID, err := isolation.MountID(dir)
+	if err != nil {
+		return 0, err
+	}
+	return peel(t, dir, dirID, name)
 }

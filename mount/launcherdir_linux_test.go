@@ -160,6 +160,9 @@ func TestLauncherDirMounts(t *testing.T) {
 					t.Fatalf("attach into a memory-medium emptyDir: %v %v, want Mounted", res, err)
 				}
 				w.n.wantSingleBind(t, "vol")
+				if _, err := InLauncherDir(w.n.a, hostTable(t), launchDir, func(*os.File) (int, error) { return 0, nil }); err != nil {
+					t.Fatalf("InLauncherDir of a memory-medium emptyDir: %v", err)
+				}
 				if res, err := w.n.a.Detach(hostTable(t), launchDir, "vol"); err != nil || res != outcome.Removed {
 					t.Fatalf("detach: %v %v, want Removed", res, err)
 				}
@@ -185,6 +188,11 @@ func TestLauncherDirMounts(t *testing.T) {
 			refused("detach", err)
 			_, err = w.n.a.DetachDir(tbl, launchDir, "dump")
 			refused("detach directory", err)
+			_, err = InLauncherDir(w.n.a, tbl, launchDir, func(*os.File) (int, error) {
+				t.Error("InLauncherDir handed out a refused directory")
+				return 0, nil
+			})
+			refused("block volumes' directory (InLauncherDir)", err)
 			w.unchanged(t)
 			if _, err := os.Lstat(target); err == nil {
 				t.Errorf("%q was created", target)
@@ -266,4 +274,37 @@ func TestTargetHostBinds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUncover: a host file bound on a block volume's name in hotplug-disks
+// is unmounted alone, the entry below it kept and the host file unchanged;
+// a name with nothing mounted on it is left as it is.
+func TestUncover(t *testing.T) {
+	w := newWitness(t)
+	name := w.n.path(launchDir, "blk")
+	must(t, os.WriteFile(name, nil, 0o600))
+	bindMount(t, w.secret, name)
+	bindMount(t, w.secret, name)
+	w.arm(t)
+	count := func() int {
+		t.Helper()
+		n, err := InLauncherDir(w.n.a, hostTable(t), launchDir, func(dir *os.File) (int, error) {
+			return Uncover(hostTable(t), dir, "blk")
+		})
+		must(t, err)
+		return n
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("uncovered %d mounts, want the 2 stacked on %q", n, name)
+	}
+	if stack := hostTable(t).At(name); len(stack) != 0 {
+		t.Fatalf("mounts left on %q: %v", name, stack)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("uncovered %d mounts of a bare name", n)
+	}
+	if got := contentOf(t, name); got != "" {
+		t.Fatalf("the entry below the mounts holds %q", got)
+	}
+	w.unchanged(t)
 }

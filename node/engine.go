@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"sync"
 	"time"
 
@@ -226,11 +225,16 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 		return nil, err
 	}
 	out = append(out, dirs...)
-	nodes, err := e.nodes.Observe(dir)
+	nodes, err := e.blockNodes(t, launcher)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range nodes {
+		if n.Covered {
+			// Not a node QEMU can reach: the next attach removes the mount.
+			out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, Mounted: true})
+			continue
+		}
 		why, err := e.staleOpen(launcher, n.Name, n.Name, entryKey{device: n.Device})
 		if err != nil {
 			return nil, err
@@ -250,7 +254,7 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 		return outcome.Unchanged, err
 	}
 	if v.Mode == kubevirt.Block {
-		r, err := e.attachBlock(v)
+		r, err := e.attachBlock(t, v)
 		return r, refusal(err)
 	}
 	src, err := isolation.Call(e.ns, func() (string, error) {
@@ -263,81 +267,6 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 		return e.attachDir(t, v, src)
 	}
 	return e.attachFile(t, v, src)
-}
-
-func (e *Engine) attachBlock(v agent.DesiredVolume) (outcome.Result, error) {
-	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
-		return e.keepBlock(v, fmt.Errorf("block volume %q: %w: no attachment pod publishes it", v.Name, kubelet.ErrNotPublished))
-	}
-	p, err := e.nodes.PublishedDevice(string(v.Source.AttachmentPodUID), v.Source.PVName)
-	if errors.Is(err, kubelet.ErrNotPublished) {
-		return e.keepBlock(v, err)
-	}
-	if err != nil {
-		return outcome.Unchanged, err
-	}
-	compute := computeOf(v)
-	// The rule goes in before the node appears, so the launcher never sees
-	// a node it cannot open.
-	allowed, err := e.rules.Allowed(compute, p.Device)
-	if err != nil {
-		return outcome.Unchanged, err
-	}
-	if !allowed {
-		if err := e.rules.Allow(compute, p.Device); err != nil {
-			return outcome.Unchanged, err
-		}
-	}
-	r, old, err := e.nodes.Ensure(hotplugDisks(v.LauncherUID), v.Name, p)
-	if err != nil {
-		return outcome.Unchanged, err
-	}
-	if r == outcome.Replaced && old != p.Device {
-		if err := e.denyUnlessUsed(v.LauncherUID, old); err != nil {
-			return outcome.Replaced, err
-		}
-	}
-	if r == outcome.Unchanged && !allowed {
-		// Node in place but its rule was lost, e.g. the runtime rewrote the
-		// cgroup's device program.
-		return outcome.Created, nil
-	}
-	return r, nil
-}
-
-// computeOf is the container a block volume's device is allowed to: the
-// launcher's compute container, where QEMU runs. While the pod status names
-// none, or its cgroup is not there (not started yet; restarted, and the
-// status still names the old one), the rule calls fail and the agent
-// reports and retries: nothing is ever granted to the whole pod instead.
-func computeOf(v agent.DesiredVolume) blockdev.Container {
-	return blockdev.Container{PodUID: string(v.LauncherUID), ID: v.ComputeContainerID}
-}
-
-// keepBlock re-checks the rule of a block node whose volume the attachment
-// pod no longer publishes (it was replaced when another volume was
-// hotplugged). The rule can still be lost afterwards: a runc update from
-// the CPU manager, a daemon-reload or a container restart rewrites the
-// launcher's device rules, and QEMU's next open gets EPERM. The rule is
-// granted again only for a node confirmed to still name the disk it was
-// made for; a node that is not there stays not published.
-func (e *Engine) keepBlock(v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
-	dev, err := e.nodes.Recheck(hotplugDisks(v.LauncherUID), v.Name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return outcome.Unchanged, notPublished
-	}
-	if err != nil {
-		return outcome.Unchanged, err
-	}
-	compute := computeOf(v)
-	allowed, err := e.rules.Allowed(compute, dev)
-	if err != nil || allowed {
-		return outcome.Unchanged, err
-	}
-	if err := e.rules.Allow(compute, dev); err != nil {
-		return outcome.Unchanged, err
-	}
-	return outcome.Created, nil
 }
 
 // Detach unmounts and removes a filesystem or directory volume's target,
@@ -359,30 +288,8 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 		r, err := e.attacher.Detach(t, dir, o.Name)
 		return r, stuck(err)
 	}
-	r, dev, err := e.nodes.Remove(dir, o.Name)
-	if err != nil || r != outcome.Removed {
-		return outcome.Unchanged, stuck(err)
-	}
-	return outcome.Removed, stuck(e.denyUnlessUsed(launcher, dev))
-}
-
-// denyUnlessUsed drops the launcher's rule for dev unless another of its
-// nodes still points at dev. A launcher whose cgroup is gone needs nothing.
-func (e *Engine) denyUnlessUsed(launcher types.UID, dev blockdev.Device) error {
-	nodes, err := e.nodes.Observe(hotplugDisks(launcher))
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if n.Device == dev {
-			return nil
-		}
-	}
-	err = e.rules.Deny(string(launcher), dev)
-	if errors.Is(err, podcgroup.ErrNotFound) {
-		return nil
-	}
-	return err
+	r, err := e.detachBlock(t, launcher, o.Name)
+	return r, stuck(err)
 }
 
 // Launchers lists the pod directories whose hotplug-disks holds an entry.

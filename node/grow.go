@@ -98,7 +98,7 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 	}
 	dir := hotplugDisks(v.LauncherUID)
 	if v.Mode == kubevirt.Block {
-		return e.blockSize(dir, v.Name)
+		return e.blockSize(t, v.LauncherUID, v.Name)
 	}
 	quick, now, ok := e.quickGrow(t, v)
 	if ok {
@@ -162,16 +162,16 @@ func busy(err error) error {
 	return err
 }
 
-func (e *Engine) blockSize(dir, name string) (agent.GrowResult, error) {
-	nodes, err := e.nodes.Observe(dir)
+func (e *Engine) blockSize(t *mount.Table, launcher types.UID, name string) (agent.GrowResult, error) {
+	nodes, err := e.blockNodes(t, launcher)
 	if err != nil {
 		return agent.GrowResult{}, err
 	}
 	for _, n := range nodes {
-		if n.Name == name {
+		if n.Name == name && !n.Covered {
 			size, err := mount.BlockDeviceSize(e.sysRoot, n.Device.Major, n.Device.Minor)
 			return agent.GrowResult{DeviceBytes: size, SlackBytes: mount.GrowSlackBytes}, err
 		}
 	}
-	return agent.GrowResult{}, fmt.Errorf("block node %q not found in %q", name, dir)
+	return agent.GrowResult{}, fmt.Errorf("block node %q not found in %q", name, hotplugDisks(launcher))
 }
