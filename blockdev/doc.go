@@ -19,6 +19,18 @@
 // maps or calls), never writes the pod cgroup or above, and it finds pod and
 // container cgroups only through podcgroup.
 //
+// Nodes are made, checked, removed and listed in a hotplug-disks directory
+// the caller hands in as a descriptor, never by a path: whether a
+// launcher's directory may be used at all (the kubelet's emptyDir, not a
+// bind of a host path) is judged against the host's mount table, which
+// package mount owns and the engine already holds for its batch, so the
+// engine opens it through mount.InLauncherDir and blockdev holds no second
+// copy of that rule and no mountinfo knowledge. What blockdev checks
+// itself needs no table: a name whose lookup lands on another mount than
+// the directory's (statx mount id) has something mounted on it, a host
+// file or device node that would be chowned or recorded in the node's
+// stead, and is refused (mount.Uncover is what removes such a mount).
+//
 // It refuses kubelet paths of its own (they are the kubelet package's) and
 // any decision about which volume belongs to which launcher (the agent's).
 package blockdev

@@ -30,7 +30,11 @@
 // directory on the pods directory's mount, or a whole tmpfs of its own
 // mounted on it (a memory-medium emptyDir). A bind of a host path there or
 // on a directory above it in the pod directory is refused as unsafe
-// content before anything is created, mounted or chowned in it.
+// content before anything is created, mounted or chowned in it. The rule
+// has one owner, here, beside the mount table it is judged against: block
+// volumes reach hotplug-disks through InLauncherDir, which hands blockdev
+// the checked descriptor, and Uncover removes whatever is mounted on a
+// block node's name (never hpmount's) without touching what is bound.
 //
 // It refuses kubelet paths of its own: where a volume is published and
 // where a launcher's hotplug-disks is are the kubelet package's answers,

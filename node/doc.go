@@ -8,7 +8,11 @@
 //     growth, and creating a missing disk.img when Config.CreateDiskImages
 //     allows); directory volumes (memory-dump, utility) through mount's
 //     directory binds; block volumes through blockdev (node, device-cgroup rule,
-//     device size); every kubelet path through kubelet, with the kubelet
+//     device size), on the launcher's hotplug-disks opened through mount's
+//     launcher-directory rule (mount.InLauncherDir, against the batch's
+//     table) and with any mount on the node's name removed first
+//     (mount.Uncover): one owner of the rule, and blockdev needs no mount
+//     table; every kubelet path through kubelet, with the kubelet
 //     root resolved once, in the host namespace, at New.
 //   - The agent's readiness gate (CheckPropagation) on that same root.
 //
