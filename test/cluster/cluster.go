@@ -39,6 +39,12 @@ type Options struct {
 	// Nodes are names of kubelets to trust: each gets a static token of
 	// user system:node:<name> in group system:nodes (NodeConfig).
 	Nodes []string
+	// ServiceAccountAdmission keeps the ServiceAccount admission plugin,
+	// which projects each pod's token as a real cluster does; the caller
+	// must then publish what kube-controller-manager would (each
+	// namespace's "default" ServiceAccount and kube-root-ca.crt ConfigMap),
+	// or pods are refused or never start.
+	ServiceAccountAdmission bool
 }
 
 // Cluster is a running etcd + kube-apiserver pair.

@@ -67,7 +67,7 @@ func StartProcess(ctx context.Context, opts Options) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		err = c.startChildren(ctx, etcdBin, apiserverBin, files, opts.ExtraAPIServerArgs)
+		err = c.startChildren(ctx, etcdBin, apiserverBin, files, opts)
 		if err == nil {
 			c.readyAfter = time.Since(began)
 			return c, nil
@@ -107,7 +107,7 @@ func (c *Cluster) stopChildren() {
 	}
 }
 
-func (c *Cluster) startChildren(ctx context.Context, etcdBin, apiserverBin string, f credentialFiles, extra []string) error {
+func (c *Cluster) startChildren(ctx context.Context, etcdBin, apiserverBin string, f credentialFiles, opts Options) error {
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
@@ -141,15 +141,22 @@ func (c *Cluster) startChildren(ctx context.Context, etcdBin, apiserverBin strin
 
 	c.host = "https://127.0.0.1:" + strconv.Itoa(ports[2])
 	c.apiserverBin = apiserverBin
-	c.apiserverArgs = append(apiserverArgs(etcdURL, ports[2], c.workDir, f), extra...)
+	c.apiserverArgs = append(apiserverArgs(etcdURL, ports[2], c.workDir, f, opts.ServiceAccountAdmission), opts.ExtraAPIServerArgs...)
 	return c.startAPIServer(ctx)
 }
 
 // apiserverArgs is the kube-apiserver command line before the caller's
 // extra arguments; a restart reuses it, so the port, certificates and etcd
 // stay the same.
-func apiserverArgs(etcdURL string, port int, workDir string, f credentialFiles) []string {
+func apiserverArgs(etcdURL string, port int, workDir string, f credentialFiles, saAdmission bool) []string {
 	const issuer = "https://kubernetes.default.svc.cluster.local"
+	// No controller-manager creates default service accounts, so unless the
+	// caller publishes them the admission plugin that requires them would
+	// reject every pod.
+	disabled := "--disable-admission-plugins=ServiceAccount"
+	if saAdmission {
+		disabled = "--disable-admission-plugins="
+	}
 	return []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
@@ -164,9 +171,7 @@ func apiserverArgs(etcdURL string, port int, workDir string, f credentialFiles) 
 		"--api-audiences=" + issuer,
 		"--service-account-key-file=" + f.saPub,
 		"--service-account-signing-key-file=" + f.saKey,
-		// No controller-manager creates default service accounts, so the
-		// admission plugin that requires them would reject every pod.
-		"--disable-admission-plugins=ServiceAccount",
+		disabled,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		// The agent's DaemonSet runs privileged containers.
 		"--allow-privileged=true",

@@ -2,8 +2,6 @@ package realnode
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -21,13 +19,14 @@ const testNode = "realnode-test"
 
 // env is the control plane and node all tests of the package share.
 type env struct {
+	stack   *Stack
 	dir     string
 	cluster *cluster.Cluster
 	node    *Node
 	admin   *rest.Config
 	kube    kubernetes.Interface
-	// stops run before the node stops: the agent.
-	stops []func()
+	// agentLog is the log of the agent acting on the node now.
+	agentLog func(context.Context) string
 }
 
 var shared struct {
@@ -58,39 +57,16 @@ func startEnv() (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Mkdir(dir+"/cluster", 0o700); err != nil {
+	s, err := StartStack(ctx, dir, testNode)
+	if err != nil {
 		return nil, err
 	}
-	c, err := cluster.StartProcess(ctx, cluster.Options{WorkDir: dir + "/cluster", Nodes: []string{testNode}})
-	if err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
-	}
-	e := &env{dir: dir, cluster: c, admin: c.AdminConfig()}
-	if err := c.InstallVMICRD(ctx); err != nil {
-		return e, e.fail(err)
-	}
-	if e.kube, err = kubernetes.NewForConfig(e.admin); err != nil {
-		return e, e.fail(err)
-	}
-	if e.node, err = Start(ctx, c, Options{Name: testNode, Dir: dir + "/node"}); err != nil {
-		return e, e.fail(err)
-	}
-	return e, nil
-}
-
-func (e *env) fail(err error) error {
-	return fmt.Errorf("%w\n%s", err, e.cluster.Logs(20))
+	return &env{stack: s, dir: dir, cluster: s.Cluster, node: s.Node, admin: s.Admin, kube: s.Kube}, nil
 }
 
 func (e *env) stop() error {
-	for _, stop := range e.stops {
-		stop()
-	}
-	var err error
-	if e.node != nil {
-		err = e.node.Stop()
-	}
-	return errors.Join(err, e.cluster.Stop(), os.RemoveAll(e.dir))
+	stopHostAgent()
+	return e.stack.Stop()
 }
 
 // namespace creates a namespace named after the test.

@@ -95,7 +95,7 @@ func (v *vm) waitReadWrite(t *testing.T, ctx context.Context, vol simnode.Volume
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("%v (last output %q)\nagent:\n%s", err, last, tail(sharedAgent.agent.Log(), 30))
+		t.Fatalf("%v (last output %q)\nagent:\n%s", err, last, tail(v.e.agentLog(ctx), 30))
 	}
 }
 
@@ -184,7 +184,7 @@ func (v *vm) resize(t *testing.T, ctx context.Context, fs, fs2 simnode.Volume) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("%v\nagent:\n%s", err, tail(sharedAgent.agent.Log(), 30))
+		t.Fatalf("%v\nagent:\n%s", err, tail(v.e.agentLog(ctx), 30))
 	}
 	calls, err := v.e.node.Calls()
 	if err != nil {

@@ -228,24 +228,39 @@ func target(vol simnode.Volume) string {
 }
 
 var sharedAgent struct {
-	once  sync.Once
+	mu    sync.Mutex
 	agent *harness.Agent
-	err   error
 }
 
-// agent starts the built hpmount binary once for the package, on the host
-// (this test process's mount namespace, --host-pid), with the DaemonSet's
-// flags pointed at the real node: kubelet root, /sys/fs/cgroup, and the
-// RBAC of deploy/.
+// agent starts the built hpmount binary for the package unless it runs, on
+// the host (this test process's mount namespace, --host-pid), with the
+// DaemonSet's flags pointed at the real node: kubelet root, /sys/fs/cgroup,
+// and the RBAC of deploy/. One agent at a time acts on the node: the
+// deployed agent's test stops this one first (stopHostAgent).
 func (e *env) agent(t *testing.T, ctx context.Context) *harness.Agent {
 	t.Helper()
-	sharedAgent.once.Do(func() {
-		sharedAgent.agent, sharedAgent.err = e.startAgent(ctx)
-	})
-	if sharedAgent.err != nil {
-		t.Fatalf("start agent: %v", sharedAgent.err)
+	sharedAgent.mu.Lock()
+	defer sharedAgent.mu.Unlock()
+	if sharedAgent.agent == nil {
+		a, err := e.startAgent(ctx)
+		if err != nil {
+			t.Fatalf("start agent: %v", err)
+		}
+		sharedAgent.agent = a
 	}
+	a := sharedAgent.agent
+	e.agentLog = func(context.Context) string { return a.Log() }
 	return sharedAgent.agent
+}
+
+// stopHostAgent stops the host agent if it runs.
+func stopHostAgent() {
+	sharedAgent.mu.Lock()
+	defer sharedAgent.mu.Unlock()
+	if sharedAgent.agent != nil {
+		sharedAgent.agent.Stop()
+		sharedAgent.agent = nil
+	}
 }
 
 func (e *env) startAgent(ctx context.Context) (*harness.Agent, error) {
@@ -268,6 +283,9 @@ func (e *env) startAgent(ctx context.Context) (*harness.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.stops = append(e.stops, a.Stop)
-	return a, harness.Eventually(ctx, "agent ready", time.Minute, a.Ready)
+	if err := harness.Eventually(ctx, "agent ready", time.Minute, a.Ready); err != nil {
+		a.Stop()
+		return nil, err
+	}
+	return a, nil
 }

@@ -29,20 +29,38 @@ func BusyboxPod(namespace, name, node string) *corev1.Pod {
 // WaitRunning waits until every container of the pod is running and
 // returns the pod.
 func WaitRunning(ctx context.Context, kube kubernetes.Interface, namespace, name string) (*corev1.Pod, error) {
+	return waitPod(ctx, kube, namespace, name, "running", running)
+}
+
+// WaitReady waits for the pod's Ready condition (its readiness probes
+// passed) and returns the pod.
+func WaitReady(ctx context.Context, kube kubernetes.Interface, namespace, name string) (*corev1.Pod, error) {
+	return waitPod(ctx, kube, namespace, name, "ready", func(pod *corev1.Pod) bool {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	})
+}
+
+// waitPod polls the pod for up to two minutes until ok says yes.
+func waitPod(ctx context.Context, kube kubernetes.Interface, namespace, name, what string, ok func(*corev1.Pod) bool) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	last := "not found"
 	for {
 		pod, err := kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
-			if running(pod) {
+			if ok(pod) {
 				return pod, nil
 			}
 			last = podState(pod)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("pod %s/%s not running: %w (%s)", namespace, name, ctx.Err(), last)
+			return nil, fmt.Errorf("pod %s/%s not %s: %w (%s)", namespace, name, what, ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -19,6 +19,8 @@ var HostPaths = []string{
 	"/var/lib/kubelet", "/var/log/pods", "/var/log/containers",
 	"/run/containerd", "/run/netns", "/var/lib/cni",
 	"/var/lib/containerd", "/opt/containerd", "/usr/libexec/kubernetes",
+	// The agent DaemonSet's hostPath (DirectoryOrCreate) for old growth mounts.
+	"/run/hpmount",
 }
 
 // walkDepth bounds the walk of each host path.
