@@ -234,11 +234,24 @@ func checkInCgroup(t *testing.T, ctx context.Context, f *runcFixture, tc runcCas
 	t.Fatalf("container init %d is not in %q:\n%s", pid, want, b)
 }
 
+// hotplugDisks opens the container's hotplug-disks for blockdev, which
+// works on a descriptor (the engine opens it through mount.InLauncherDir;
+// a runc bundle is no kubelet pods directory, so it is opened plainly).
+func (f *runcFixture) hotplugDisks(t *testing.T) *os.File {
+	t.Helper()
+	d, err := os.Open(filepath.Join(f.bundle, nodeDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // ensureNode makes the block node in the container's hotplug-disks, as
 // the engine does for a published block volume.
 func (f *runcFixture) ensureNode(t *testing.T) {
 	t.Helper()
-	if _, _, err := f.nodes.Ensure(nodeDir, nodeName, blockdev.Published{Device: f.dev, Perm: 0o660}); err != nil {
+	if _, _, err := f.nodes.Ensure(f.hotplugDisks(t), nodeName, blockdev.Published{Device: f.dev, Perm: 0o660}); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
 }
@@ -250,7 +263,7 @@ func (f *runcFixture) ensureNode(t *testing.T) {
 // granted.
 func (f *runcFixture) resync(t *testing.T) bool {
 	t.Helper()
-	dev, err := f.nodes.Recheck(nodeDir, nodeName)
+	dev, err := f.nodes.Recheck(f.hotplugDisks(t), nodeName)
 	if err != nil {
 		t.Fatalf("Recheck: %v", err)
 	}
