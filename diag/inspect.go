@@ -352,6 +352,10 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 	case !e.exists:
 		f.notMounted = notMountedWhy(v, vc, whyNoNode)
 		return
+	case e.covered:
+		f.covered = true
+		f.wrongDevice = fmt.Sprintf("a %s is mounted on the node's name: a bind of something else, not the node hpmount made", e.kind)
+		return
 	case e.kind != "block device":
 		f.refused = unsafeTarget(v.Target, e.kind, "a block device")
 		return

@@ -15,17 +15,6 @@ import (
 // Read-only looks at the kubelet tree, run in the host mount namespace,
 // beneath the kubelet root, never following a symlink.
 
-// entry is what a name in a directory is, not following a symlink.
-type entry struct {
-	exists bool
-	kind   string // "regular file", "block device", "symlink", ...
-	rdev   [2]uint32
-	size   int64
-	nlink  uint64
-	// dev and ino identify the file at the entry (a bind's source).
-	dev, ino uint64
-}
-
 func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 	var e entry
 	err := in.ns.Do(func() error {
@@ -52,9 +41,24 @@ func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 		}
 		e = entry{exists: true, kind: isolation.FileKind(st.Mode), size: st.Size, nlink: uint64(st.Nlink),
 			rdev: [2]uint32{unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))}, dev: uint64(st.Dev), ino: st.Ino}
-		return nil
+		e.covered, err = coveredName(dir, name)
+		return err
 	})
 	return e, err
+}
+
+// coveredName tells whether something is mounted on name in dir: a lookup
+// crosses onto a mount on the name, so its mount id is not dir's.
+func coveredName(dir *os.File, name string) (bool, error) {
+	dirID, err := isolation.MountID(dir)
+	if err != nil {
+		return false, err
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(int(dir.Fd()), name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx); err != nil {
+		return false, fmt.Errorf("mount id of %q in %q: %w", name, dir.Name(), err)
+	}
+	return stx.Mnt_id != dirID, nil
 }
 
 // launcherDirs lists the pod UIDs under <kubelet-root>/pods that have a

@@ -6,16 +6,6 @@ import (
 	"errors"
 )
 
-type entry struct {
-	exists bool
-	kind   string
-	rdev   [2]uint32
-	size   int64
-	nlink  uint64
-	// dev and ino identify the file at the entry (a bind's source).
-	dev, ino uint64
-}
-
 func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 	return entry{}, errors.ErrUnsupported
 }

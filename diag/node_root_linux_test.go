@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -191,7 +192,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 	e.must(unix.Mount(e.node.Path(rel, "disk.img"), orphan, "", unix.MS_BIND, ""))
 
 	// ok (block), wrong-device and not-allowed.
-	okblk := e.addVM("okblk", blockVol("raw"), blockVol("other"), blockVol("denied"))
+	okblk := e.addVM("okblk", blockVol("raw"), blockVol("other"), blockVol("denied"), blockVol("covered"))
 	raw, other, denied := e.disk("raw", "", 16<<20), e.disk("other", "", 16<<20), e.disk("denied", "", 16<<20)
 	e.must(e.node.PublishBlock(string(okblk.attach), "pv-raw", raw))
 	e.must(e.node.PublishBlock(string(okblk.attach), "pv-other", other))
@@ -199,6 +200,14 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 	e.mknod(okblk, "raw", raw, true)
 	e.mknod(okblk, "other", raw, true)
 	e.mknod(okblk, "denied", denied, false)
+	// covered: a host file bound over a block node (the stat of the name
+	// is the file's, so without the mount check it would read as refused
+	// tenant content, not as a mount the agent removes).
+	e.must(e.node.PublishBlock(string(okblk.attach), "pv-covered", raw))
+	e.mknod(okblk, "covered", raw, true)
+	hostFile := filepath.Join(t.TempDir(), "host-file")
+	e.must(os.WriteFile(hostFile, []byte("host"), 0o644))
+	e.must(unix.Mount(hostFile, e.node.Path(okblk.targetDir, "covered"), "", unix.MS_BIND, ""))
 
 	// not-mounted, stacked, stale-source, refused, needs-fs-expand.
 	faults := e.addVM("faults", fsVol("idle"), fsVol("stack"), fsVol("stale"), fsVol("evil"), fsVol("grown"))
@@ -240,7 +249,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 			want := map[string]Verdict{
 				"data": OK, "raw": OK, "other": WrongDevice, "denied": NotAllowed, "idle": NotMounted,
 				"stack": Stacked, "stale": StaleSource, "evil": Refused, "grown": NeedsFSExpand,
-				"unseen": NotPropagated, "pending": ExpandPending,
+				"unseen": NotPropagated, "pending": ExpandPending, "covered": WrongDevice,
 			}
 			for name, verdict := range want {
 				v := vols[name]
@@ -253,6 +262,9 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 			}
 			if d := vols["data"]; d.Mount == nil || d.Mount.FSRoot != "/disk.img" || d.Mount.Stacked != 1 || d.Sizes.BlockDevice != 64<<20 || d.Sizes.DiskImage != 8<<20 {
 				t.Errorf("ok volume: mount %+v sizes %+v", d.Mount, d.Sizes)
+			}
+			if c := vols["covered"]; !strings.Contains(c.Detail, "mounted on the node's name") || !strings.Contains(c.Hint, "umount") {
+				t.Errorf("covered block node: detail %q hint %q", c.Detail, c.Hint)
 			}
 			if d := vols["raw"].Device; d == nil || d.Node != d.Published || d.CgroupAllowed == nil || !*d.CgroupAllowed {
 				t.Errorf("ok block volume: %+v", d)

@@ -22,6 +22,7 @@ type findings struct {
 	staleOpen   string            // QEMU holds what is no longer the volume's
 	notOpen     string            // QEMU runs but has not opened the volume
 	wrongDevice string            // node vs published device
+	covered     bool              // wrongDevice: a mount sits on the node's name
 	notAllowed  string            // the device cgroup rule is missing
 	needsExpand bool
 	notGrown    string // the claim asks for more than its device has
@@ -98,6 +99,9 @@ func hintFor(verdict Verdict, f *findings) string {
 	case NotPropagated:
 		return "the launcher's view of hotplug-disks does not receive the node's mounts (started before the pods dir was shared, or without mountPropagation: HostToContainer): restart the launcher pod (migrate the VM); mounting again does not help"
 	case WrongDevice:
+		if f.covered {
+			return fmt.Sprintf("the agent unmounts what is mounted there on its next reconcile, without touching what was bound; or `umount %s`", f.target)
+		}
 		return fmt.Sprintf("the node is not the published device: the agent replaces it on its next reconcile; or `rm %s` and let it recreate the node", f.target)
 	case NotAllowed:
 		return "the launcher's device cgroup does not allow the device: check the agent's --cgroup-root/--cgroup-mode and its logs; it re-adds the rule on its next reconcile"
