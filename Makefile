@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
-.PHONY: all build deps tools test unit vet bench bench-node demo fuzz chart chart-package clean
+.PHONY: all build deps tools test unit vet bench bench-node demo fuzz chart chart-package node-up node-down clean
 
 all: build
 
@@ -80,6 +80,20 @@ chart:
 CHART_REPO_DIR ?= $(CURDIR)/bin/chart-repo
 chart-package: chart
 	$(GO) run ./test/chartgen -package $(CHART_REPO_DIR)
+
+# A real node to poke at by hand (test/realnode/cmd/realnode, README
+# "Tests"): control plane, containerd, kubelet, CNI and the test CSI plugin
+# in a private mount namespace of a background process; NODE_AGENT=1 also
+# runs the agent as deployed. node-up prints how to reach it; node-down
+# tears it down as the tests do and reports anything left on the host.
+NODE_DIR ?= /tmp/hpmount-node-up
+node-up: deps tools build
+	$(GO) build -o bin/realnode ./test/realnode/cmd/realnode
+	bin/realnode up --dir $(NODE_DIR) $(if $(filter 1,$(NODE_AGENT)),--agent --binary $(CURDIR)/bin/hpmount)
+
+node-down:
+	$(GO) build -o bin/realnode ./test/realnode/cmd/realnode
+	bin/realnode down --dir $(NODE_DIR)
 
 clean:
 	rm -rf bin

@@ -23,7 +23,10 @@ check ctr containerd
 check runc runc
 check ip iproute2
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
-[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || need+=(busybox-static)
+# Static: it runs in images that have no libc (Debian's busybox package is
+# dynamic). ldd exits 1 on a static binary, hence the || true.
+busybox_ldd=$( { [ -x /bin/busybox ] && LC_ALL=C ldd /bin/busybox 2>&1; } || true)
+[[ $busybox_ldd == *"not a dynamic executable"* ]] || need+=(busybox-static)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

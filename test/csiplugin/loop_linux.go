@@ -166,17 +166,63 @@ func detach(devs []string) error {
 
 // DetachUnder detaches every loop device whose backing file lies under
 // dir: a node's teardown, for the volumes still staged when it stopped.
-// A device still in use goes when its last user does.
+// Loop devices over those devices go first: for a block volume the
+// kubelet attaches one over the published device node as its device lock
+// (removed only when it unmaps the volume), and while it holds the
+// plugin's device open that one would only be marked autoclear and
+// outlive the teardown. A device still in use otherwise goes when its
+// last user does.
 func DetachUnder(dir string) error {
 	prefix := filepath.Clean(dir) + "/"
 	devs, err := loopsWhere(func(file string) bool { return strings.HasPrefix(file, prefix) })
-	if err != nil {
-		return err
+	if err == nil {
+		var locks []string
+		if locks, err = loopsOver(devs); err == nil {
+			err = detach(append(locks, devs...))
+		}
 	}
-	if err := detach(devs); err != nil {
+	if err != nil {
 		return fmt.Errorf("detach the loop devices under %q: %w", dir, err)
 	}
 	return nil
+}
+
+// loopsOver lists the attached loop devices whose backing file is one of
+// devs' device nodes, matched by device and inode (the path sysfs shows
+// for them is wherever their user opened the node).
+func loopsOver(devs []string) ([]string, error) {
+	var nodes []unix.Stat_t
+	for _, dev := range devs {
+		var st unix.Stat_t
+		if err := unix.Stat(dev, &st); err == nil {
+			nodes = append(nodes, st)
+		}
+	}
+	loops, err := attachedLoops()
+	if err != nil || len(nodes) == 0 {
+		return nil, err
+	}
+	var over []string
+	for dev := range loops {
+		if backs(dev, nodes) {
+			over = append(over, dev)
+		}
+	}
+	slices.Sort(over)
+	return over, nil
+}
+
+// backs says whether the loop device dev is backed by one of nodes.
+func backs(dev string, nodes []unix.Stat_t) bool {
+	f, err := os.Open(dev)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+	return err == nil && slices.ContainsFunc(nodes, func(st unix.Stat_t) bool {
+		return info.Device == st.Dev && info.Inode == st.Ino
+	})
 }
 
 // refreshCapacity has every loop device over backing pick up the file's

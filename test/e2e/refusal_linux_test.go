@@ -120,7 +120,7 @@ func TestRefusals(t *testing.T) {
 	h.names.roundTrip(t, h.namesGood, "legit-beside-hostile-names")
 	t.Logf("all refused and good served in %v", time.Since(start).Round(time.Millisecond))
 	// A resync passes: a refusal stays one, and what waits keeps waiting.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(e2eResync + 500*time.Millisecond)
 	for _, a := range attacks {
 		if a.check != nil {
 			e.step(a.name, func(t *testing.T) { a.check(t, h) })

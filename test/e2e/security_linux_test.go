@@ -100,7 +100,7 @@ func (e *env) runAttack(t *testing.T, host *hostFiles, name string, a attack) {
 		t.Errorf("hpmount_refusals_total{reason=\"unsafe-content\"} rose by %v, want at least 1", d)
 	}
 	// A resync passes: a refusal must stay one, not turn into an attempt.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(e2eResync + 500*time.Millisecond)
 	host.unchanged(t, files)
 	newMountsOnlyUnder(t, mounts, allowed...)
 	if !a.wholeLauncher {

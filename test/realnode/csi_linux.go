@@ -7,10 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,53 +73,4 @@ func (n *Node) waitCSINode(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// detachLoops detaches the loop devices whose backing file is under dir:
-// volumes the CSI plugin still had staged when the node stopped. First go
-// the loops over those devices: for a block volume the kubelet attaches a
-// loop device over the published device node (its device lock, removed
-// when it unmaps the volume), which holds the plugin's open, so the
-// plugin's would only be marked autoclear and outlive the teardown.
-func detachLoops(dir string) error {
-	ours := loopsWhere(func(_ string, backing string) bool { return strings.HasPrefix(backing, dir+"/") })
-	var nodes []unix.Stat_t
-	for _, dev := range ours {
-		var st unix.Stat_t
-		if unix.Stat(dev, &st) == nil {
-			nodes = append(nodes, st)
-		}
-	}
-	locks := loopsWhere(func(dev string, _ string) bool {
-		f, err := os.Open(dev)
-		if err != nil {
-			return false
-		}
-		defer f.Close()
-		info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
-		return err == nil && slices.ContainsFunc(nodes, func(st unix.Stat_t) bool {
-			return info.Device == st.Dev && info.Inode == st.Ino
-		})
-	})
-	for _, dev := range append(locks, ours...) {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			return fmt.Errorf("losetup -d %s: %w: %s", dev, err, out)
-		}
-	}
-	return nil
-}
-
-// loopsWhere lists the attached loop devices (/dev/loopN) for which keep
-// says yes, given the device and its backing file as sysfs names it.
-func loopsWhere(keep func(dev, backing string) bool) []string {
-	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var devs []string
-	for _, b := range backing {
-		data, err := os.ReadFile(b)
-		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(b)))
-		if err == nil && keep(dev, strings.TrimSpace(string(data))) {
-			devs = append(devs, dev)
-		}
-	}
-	return devs
 }

@@ -48,7 +48,7 @@ func (n *Node) DeployAgent(ctx context.Context, binary string) (*DeployedAgent, 
 		return nil, err
 	}
 	a := &DeployedAgent{node: n, Site: AgentSite{Node: n.Name, KubeletRoot: n.KubeletRoot,
-		KubeletPID: n.kubelet.Pid(), APIServer: hostPort(n.cluster.Host())}}
+		KubeletPID: n.KubeletPID(), APIServer: hostPort(n.cluster.Host())}}
 	if a.Site.HealthAddr, err = freeNodeAddr(n.Name); err == nil {
 		a.Site.MetricsAddr, err = freeNodeAddr(n.Name)
 	}

@@ -13,12 +13,13 @@
 // system:nodes token; the test CSI plugin registered through
 // plugins_registry), Exec through the API server as kubectl exec does, the
 // CSI call log (Node.Calls), and a teardown (Node.Stop) that leaves nothing
-// behind, checked by TestMain against a Snapshot of HostPaths, links,
+// behind, checked by StopChecked against a Snapshot of HostPaths, links,
 // cgroups and loop devices. A Stack is the control plane (with the
 // ServiceAccount admission plugin, and a NamespacePublisher standing in for
 // the two kube-controller-manager controllers it needs) plus one node: what
-// the tests share. The agent runs
-// either as the built binary on the host with the DaemonSet's flags, or as
+// the tests share, and what cmd/realnode (make node-up, make node-down)
+// holds in a background process for a person. The agent runs either as the
+// built binary on the host with the DaemonSet's flags, or as
 // deployed (DeployAgent): its binary packed as the DaemonSet's image, the
 // render of deploy/ applied, and a pod made from the DaemonSet's template
 // with AgentOverrides, the complete list of what this node changes.

@@ -50,6 +50,27 @@ func sharedEnv(t *testing.T) *env {
 	return shared.env
 }
 
+// hostBefore is the host as TestMain found it, before any node started.
+var hostBefore Snapshot
+
+// stopShared tears the shared node down now, checked as TestMain checks
+// it, for a test that needs the host's fixed paths to itself (a second
+// kubelet clears /var/lib/kubelet/device-plugins, and a node's teardown
+// removes what appeared in HostPaths since it started). A later sharedEnv
+// starts a new one.
+func stopShared(t *testing.T) {
+	t.Helper()
+	if shared.env == nil {
+		return
+	}
+	r := StopChecked(hostBefore, shared.env.stop)
+	shared.env, shared.err, shared.once = nil, nil, sync.Once{}
+	if !r.Clean() {
+		t.Fatal(r)
+	}
+	t.Log(r)
+}
+
 func startEnv() (*env, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -3,7 +3,6 @@ package realnode
 import (
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/hpmount/hpmount/internal/sandbox"
@@ -16,19 +15,13 @@ import (
 func TestMain(m *testing.M) {
 	// As testutil.RunInPrivateMountNamespace, with work after m.Run.
 	sandbox.ReexecInPrivateMountNamespace("HPMOUNT_TEST_PRIVATE_MOUNT_NS")
-	before := TakeSnapshot()
+	hostBefore = TakeSnapshot()
 	code := m.Run()
 	if shared.env != nil {
-		if err := shared.env.stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "FAIL: tear down the real node: %v\n", err)
+		r := StopChecked(hostBefore, shared.env.stop)
+		fmt.Fprint(os.Stderr, r)
+		if !r.Clean() {
 			code = 1
-		}
-		if left := before.Added(TakeSnapshot()); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "FAIL: the real node's teardown left behind:\n  %s\n", strings.Join(left, "\n  "))
-			code = 1
-		} else {
-			fmt.Fprintf(os.Stderr, "the real node's teardown left nothing behind in %s, the links or the cgroups\n",
-				strings.Join(HostPaths, ", "))
 		}
 	}
 	os.Exit(code)

@@ -183,3 +183,7 @@ func freePort() (int, error) {
 	_, err = fmt.Sscanf(addr, "127.0.0.1:%d", &port)
 	return port, err
 }
+
+// KubeletPID is the kubelet's process id: a process in the node's mount
+// namespace, which the agent's --host-pid names.
+func (n *Node) KubeletPID() int { return n.kubelet.Pid() }

@@ -104,3 +104,39 @@ func (s Snapshot) RemoveNew() error {
 	}
 	return errors.Join(errs...)
 }
+
+// TeardownReport is what a teardown did: its error, and what it left on
+// the host compared with a Snapshot taken before the node started.
+type TeardownReport struct {
+	Err  string   `json:"error,omitempty"`
+	Left []string `json:"left,omitempty"`
+}
+
+// Clean says whether the teardown worked and left nothing.
+func (r TeardownReport) Clean() bool { return r.Err == "" && len(r.Left) == 0 }
+
+func (r TeardownReport) String() string {
+	var b strings.Builder
+	if r.Err != "" {
+		fmt.Fprintf(&b, "teardown failed: %s\n", r.Err)
+	}
+	if len(r.Left) > 0 {
+		fmt.Fprintf(&b, "teardown left behind:\n  %s\n", strings.Join(r.Left, "\n  "))
+	} else {
+		fmt.Fprintf(&b, "teardown left nothing behind in %s, the links, the cgroups or the loop devices\n",
+			strings.Join(HostPaths, ", "))
+	}
+	return b.String()
+}
+
+// StopChecked runs stop, a node's teardown, and reports it against before:
+// the one check of the tests' TestMain and of make node-down. What other
+// programs made on the host meanwhile is reported too.
+func StopChecked(before Snapshot, stop func() error) TeardownReport {
+	var r TeardownReport
+	if err := stop(); err != nil {
+		r.Err = err.Error()
+	}
+	r.Left = before.Added(TakeSnapshot())
+	return r
+}

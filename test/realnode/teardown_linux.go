@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/test/csiplugin"
 )
 
 // cgroupMount is where the machine's cgroup hierarchies are mounted.
@@ -68,7 +69,7 @@ func (n *Node) Stop() error {
 	if n.containerd != nil {
 		errs = append(errs, n.containerd.Stop())
 	}
-	errs = append(errs, unmountUnder(n.Dir), detachLoops(n.Dir), removeCgroups(n.CgroupRoot), deleteLink(bridgeName(n.Name)))
+	errs = append(errs, unmountUnder(n.Dir), csiplugin.DetachUnder(n.Dir), removeCgroups(n.CgroupRoot), deleteLink(bridgeName(n.Name)))
 	errs = append(errs, n.before.RemoveNew())
 	if err := os.RemoveAll(n.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove node dir: %w", err))
