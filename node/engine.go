@@ -242,6 +242,9 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 		out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor,
 			StaleOpen: why != "", StaleWhy: why})
 	}
+	if len(out) == 0 {
+		e.forgetLauncher(launcher)
+	}
 	return out, nil
 }
 

@@ -44,7 +44,8 @@ type entryKey struct {
 // bind while that bind is live): once a bind is replaced, QEMU's
 // descriptor of the old disk.img is on a detached mount that names no
 // path, and only those binds tie it to the volume. They are kept until the
-// volume is detached, the last maxFormer of them; an agent restarted since
+// volume is detached or its launcher's hotplug-disks holds nothing
+// (forgetLauncher), the last maxFormer of them; an agent restarted since
 // the replacement has none, and then reports the volume not stale.
 type heldMemo struct {
 	mu     sync.Mutex
