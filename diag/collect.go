@@ -70,8 +70,18 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 	return cl, nil
 }
 
+// currentList is how diag lists: at the current revision (no
+// resourceVersion). A list at resourceVersion "0" may come from a watch
+// cache that has not caught up with writes made just before the run (the
+// demo's Longhorn tickets, created a moment before diag ran, were missing),
+// and diag reports what is true now. Since Kubernetes 1.31 the API server
+// serves such a list from its watch cache once that is as new as etcd
+// (consistent reads from cache, KEP-2340); before, one quorum read per
+// list and run.
+var currentList = metav1.ListOptions{}
+
 func (cl *apiView) listClaims(ctx context.Context, ns string) error {
-	list, err := cl.c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	list, err := cl.c.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, currentList)
 	if err != nil {
 		return err
 	}

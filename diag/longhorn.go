@@ -68,12 +68,11 @@ const rwxShared = "rwx"
 // listLonghorn reads every Longhorn volume and attachment once and returns
 // the volumes by PV name.
 func listLonghorn(ctx context.Context, c Clients) (map[string]*LonghornVolume, error) {
-	opts := metav1.ListOptions{ResourceVersion: "0"}
-	vols, err := c.Dyn.Resource(LonghornVolumes).Namespace(metav1.NamespaceAll).List(ctx, opts)
+	vols, err := c.Dyn.Resource(LonghornVolumes).Namespace(metav1.NamespaceAll).List(ctx, currentList)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", LonghornVolumes.GroupResource(), err)
 	}
-	atts, err := c.Dyn.Resource(LonghornAttachments).Namespace(metav1.NamespaceAll).List(ctx, opts)
+	atts, err := c.Dyn.Resource(LonghornAttachments).Namespace(metav1.NamespaceAll).List(ctx, currentList)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", LonghornAttachments.GroupResource(), err)
 	}

@@ -130,7 +130,7 @@ type discoverer interface {
 // volumes and attachments: one list each, whatever the number of volumes.
 func collectStorage(ctx context.Context, c Clients) *storageView {
 	sv := &storageView{}
-	list, err := c.Kube.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	list, err := c.Kube.StorageV1().VolumeAttachments().List(ctx, currentList)
 	sv.src.VolumeAttachments = sourceState(err)
 	if err == nil {
 		sv.csi = csiByPV(list.Items)

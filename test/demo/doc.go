@@ -18,5 +18,6 @@
 // Everything runs in a private mount namespace of its own; on exit (also on
 // Ctrl-C) the agent is killed, the control plane stopped and the mounts, loop
 // devices and cgroups removed. A step whose expectation fails ends the demo
-// with a non-zero exit status. It needs Linux and root.
+// with a non-zero exit status, which fails TestDemo in make test. It needs
+// Linux and root.
 package main
