@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hpmount/hpmount/internal/sandbox"
 	"golang.org/x/sys/unix"
@@ -134,13 +135,30 @@ func (n *Node) PublishFilesystem(podUID, pv string, d *Disk, imageSize int64) er
 
 // UnpublishFilesystem is NodeUnpublish and NodeUnstage: the pod's mount goes
 // away and its directory is removed, as when the attachment pod is replaced.
+//
+// An unmount that finds the mount busy is tried again for a while, as the
+// kubelet's reconciler retries a failed unmount: the agent looks into the
+// publish directory (kubelet.FindPublished, an open beneath it) on every
+// reconcile, and an unmount that lands in that instant fails with EBUSY.
+// A mount kept busy longer than unmountPatience still fails.
 func (n *Node) UnpublishFilesystem(podUID, pv string) error {
 	dir := n.CSIMountDir(podUID, pv)
-	if err := unix.Unmount(dir, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount %q: %w", dir, err)
+	deadline := time.Now().Add(unmountPatience)
+	for {
+		err := unix.Unmount(dir, 0)
+		if errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %q: %w", dir, err)
+		}
+		return os.RemoveAll(filepath.Dir(dir))
 	}
-	return os.RemoveAll(filepath.Dir(dir))
 }
+
+// unmountPatience is how long UnpublishFilesystem retries a busy unmount.
+const unmountPatience = 5 * time.Second
 
 // BlockPublishPath is where a CSI driver publishes a block volume for a pod.
 func (n *Node) BlockPublishPath(podUID, pv string) string {

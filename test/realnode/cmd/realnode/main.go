@@ -92,7 +92,7 @@ func usage(w io.Writer) {
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
 
 // reportPath is where serve writes the teardown's result for down.
-func reportPath(dir string) string { return filepath.Join(dir, "down.txt") }
+func reportPath(dir string) string { return filepath.Join(dir, "down.json") }
 
 func readState(dir string) (State, error) {
 	var s State

@@ -10,9 +10,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/internal/sandbox"
 	"github.com/hpmount/hpmount/test/cluster"
@@ -46,6 +49,7 @@ func up(o options) error {
 	if o.agent {
 		args = append(args, "--agent")
 	}
+	dropInheritedFDs()
 	cmd := exec.Command("/proc/self/exe", args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -70,6 +74,21 @@ func up(o options) error {
 			}
 			return fmt.Errorf("the background process exited before the node was ready: %w\n%s", err, tailFile(logPath, 30))
 		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// dropInheritedFDs marks the descriptors this process inherited beyond
+// 0-2 close-on-exec, so the background process does not hold them for the
+// node's lifetime: a caller's lock (`flock LOCK make node-up` kept LOCK
+// taken until node-down) or the write end of a caller's pipe, whose reader
+// would wait for an EOF that never comes. Go's own descriptors are
+// close-on-exec already.
+func dropInheritedFDs() {
+	entries, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
 		}
 	}
 }
