@@ -54,11 +54,8 @@ func coveredName(dir *os.File, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	var stx unix.Statx_t
-	if err := unix.Statx(int(dir.Fd()), name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx); err != nil {
-		return false, fmt.Errorf("mount id of %q in %q: %w", name, dir.Name(), err)
-	}
-	return stx.Mnt_id != dirID, nil
+	id, err := isolation.MountIDAt(dir, name)
+	return id != dirID, err
 }
 
 // launcherDirs lists the pod UIDs under <kubelet-root>/pods that have a

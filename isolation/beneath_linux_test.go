@@ -139,3 +139,31 @@ func TestFollowLinkBeneath(t *testing.T) {
 		})
 	}
 }
+
+// TestMountIDAt: a name with a host file bound on it reaches another mount
+// than its directory; a plain name and a symlink (not followed) do not.
+func TestMountIDAt(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, outside := tree(t)
+	vol := filepath.Join(root, "vol")
+	must(t, unix.Mount(outside, filepath.Join(vol, "disk.img"), "", unix.MS_BIND, ""))
+	t.Cleanup(func() { unix.Unmount(filepath.Join(vol, "disk.img"), unix.MNT_DETACH) })
+	dir, err := os.Open(vol)
+	must(t, err)
+	defer dir.Close()
+	dirID, err := MountID(dir)
+	must(t, err)
+	for _, tt := range []struct {
+		name    string
+		covered bool
+	}{{"disk.img", true}, {"sub", false}, {"link-out", false}} {
+		id, err := MountIDAt(dir, tt.name)
+		must(t, err)
+		if got := id != dirID; got != tt.covered {
+			t.Errorf("%s: mount %d, directory's %d: covered = %v, want %v", tt.name, id, dirID, got, tt.covered)
+		}
+	}
+	if _, err := MountIDAt(dir, "missing"); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("missing name: %v, want ENOENT", err)
+	}
+}

@@ -153,6 +153,17 @@ func TestEngineUnderALinkedKubeletRoot(t *testing.T) {
 	if err != nil || len(entries) != 0 {
 		t.Fatalf("hotplug-disks after detach: %v, %v; want empty", entries, err)
 	}
+	// An observe of the emptied launcher drops what the memos kept of it.
+	k, seen := growKey{launcherUID, "fs"}, entryKey{mountID: 1, source: "7:0 /disk.img"}
+	e.sight.put(k, seen)
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	if observed, err := e.Observe(ctx, snap, launcherUID); err != nil || len(observed) != 0 {
+		t.Fatalf("observe after detach = %+v, %v; want nothing", observed, err)
+	}
+	if e.sight.has(k, seen) {
+		t.Error("the memos still hold a launcher whose hotplug-disks is empty")
+	}
 }
 
 // TestGrowLeavesAPublishedVolumeToTheKubelet: while the attachment pod

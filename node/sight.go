@@ -52,10 +52,10 @@ func (m *sightMemo) forget(k growKey) {
 
 // confirmSeen checks that the launcher sees the bind on a filesystem
 // volume's target as the host made it (propagation.LauncherView.Check).
-// bind is the bind as the batch's mountinfo shows it (zero: not yet read). It returns an error
-// wrapping agent.ErrNotPropagated when a process of the launcher mounts
-// hotplug-disks yet sees something else there, and nil when it sees the
-// bind or nothing can be told: no process of the pod mounts hotplug-disks
+// bind is the bind as the batch's mountinfo shows it (zero: not yet
+// read). It returns an error wrapping agent.ErrNotPropagated when a
+// process of the launcher mounts hotplug-disks yet sees something else
+// there, and nil when it sees the bind or nothing can be told: no process of the pod mounts hotplug-disks
 // yet (its containers are starting or restarting), or the target cannot be
 // looked at, which the attach or observe reports itself. Only a call stuck
 // past its deadline is an error of its own.
