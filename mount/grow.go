@@ -87,6 +87,10 @@ type Grower struct {
 	PrivateDir string
 	// Ioctls makes the resize calls; nil means KernelIoctls.
 	Ioctls ResizeIoctls
+
+	// beforeResize, when set (by tests), runs between a growth's
+	// measurement and its resize call, where another resizer may act.
+	beforeResize func()
 }
 
 // GrowOptions says what Grow may change.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -260,4 +261,81 @@ func waitInIoctl(pid int, req uintptr, timeout time.Duration) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("process %d was not in ioctl %#x within %s", pid, req, timeout)
+}
+
+// TestGrowRereadsBeforeResize: the resize calls take an absolute block
+// count, and another resizer (the kubelet's NodeExpandVolume) may grow the
+// filesystem between the growth's measurement and its call. The size is
+// read again right before the call, and a count not above it is never sent:
+// to an xfs that can shrink, a smaller count is a shrink request.
+func TestGrowRereadsBeforeResize(t *testing.T) {
+	tests := []struct {
+		name string
+		// raced is how far another resizer grows the device and the
+		// filesystem after the measurement; 0: nobody does.
+		raced     int64
+		wantCalls []resizeCall
+		wantFS    int64
+	}{
+		{"nobody raced", 0, []resizeCall{{"xfs", uint64(700 * mib / 4096), 25}}, 700 * mib},
+		{"another resizer grew it as far", 700 * mib, nil, 700 * mib},
+		{"another resizer grew it further", 800 * mib, nil, 800 * mib},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newGrowFixture(t, "xfs", 400*mib, 16*mib)
+			f.loop.Grow(t, 700*mib)
+			if tt.raced != 0 {
+				f.grower.beforeResize = func() { f.growBehindTheAgent(t, tt.raced) }
+			}
+			res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+			if err != nil {
+				t.Fatalf("Grow: %v", err)
+			}
+			if !slices.Equal(f.ioctls.calls, tt.wantCalls) {
+				t.Errorf("resize calls %+v, want %+v", f.ioctls.calls, tt.wantCalls)
+			}
+			if res.FilesystemBytes != 400*mib || res.Grown != (tt.raced == 0) {
+				t.Errorf("%+v: want 400 MiB measured, grown by this call: %v", res, tt.raced == 0)
+			}
+			geo, err := xfsGeometryOf(f.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := int64(geo.DataBlocks) * int64(geo.BlockSize); got != tt.wantFS {
+				t.Errorf("the filesystem holds %d MiB, want %d MiB", got>>20, tt.wantFS>>20)
+			}
+			f.checkMounts(t)
+		})
+	}
+}
+
+// growBehindTheAgent is another resizer: it grows the device to size and
+// the xfs on it to all of it, as NodeExpandVolume's xfs_growfs would.
+func (f *growFixture) growBehindTheAgent(t testing.TB, size int64) {
+	t.Helper()
+	if size > 700*mib {
+		f.loop.Grow(t, size)
+	}
+	file, err := os.Open(f.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	geo, err := xfsGeometry(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (KernelIoctls{}).GrowXFSData(file, uint64(size)/uint64(geo.BlockSize), geo.IMaxPct); err != nil {
+		t.Fatalf("grow behind the agent to %d MiB: %v", size>>20, err)
+	}
+}
+
+func xfsGeometryOf(path string) (xfsGeometryV1, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return xfsGeometryV1{}, err
+	}
+	defer file.Close()
+	return xfsGeometry(file)
 }

@@ -159,10 +159,10 @@ func (g *Grower) growFilesystem(res *GrowResult, info *Info, st *unix.Stat_t, ta
 	if why := readOnly(info); why != "" {
 		return fmt.Errorf("%s: %w: %s", where, ErrGrowRefused, why)
 	}
-	resizeErr := g.resize(info.FSType, fsFile, before, res.DeviceBytes)
+	sent, resizeErr := g.resize(info.FSType, devFile, fsFile, res.DeviceBytes)
 	after, err := geometry(info.FSType, devFile, fsFile)
 	if err == nil {
-		res.Grown = after.blocks > before.blocks
+		res.Grown = sent && after.blocks > before.blocks
 	}
 	if resizeErr != nil {
 		if isExt(info.FSType) && errors.Is(resizeErr, unix.EPERM) && !hasCapSysResource() {
@@ -176,28 +176,41 @@ func (g *Grower) growFilesystem(res *GrowResult, info *Info, st *unix.Stat_t, ta
 	return nil
 }
 
-// resize asks the kernel to grow the filesystem holding fsFile to all of a
-// device of deviceBytes: as many whole blocks as fit. The kernel leaves out
-// a tail too small to be a group of its own (xfs: an allocation group under
-// 64 blocks; ext4: a block group without room for its metadata), as
-// xfs_growfs and resize2fs would. A count not above the current one is never
-// passed: xfs would take it as a shrink.
-func (g *Grower) resize(fstype string, fsFile *os.File, geo fsGeometry, deviceBytes int64) error {
-	newBlocks := uint64(deviceBytes) / uint64(geo.blockSize)
-	if newBlocks <= geo.blocks {
-		return fmt.Errorf("%w: the device holds %d blocks of %d bytes, the filesystem already %d",
-			ErrGrowRefused, newBlocks, geo.blockSize, geo.blocks)
+// resize asks the kernel to grow the filesystem holding fsFile (on dev) to
+// all of a device of deviceBytes: as many whole blocks as fit. The kernel
+// leaves out a tail too small to be a group of its own (xfs: an allocation
+// group under 64 blocks; ext4: a block group without room for its
+// metadata), as xfs_growfs and resize2fs would. It says whether a call was
+// made.
+//
+// The count sent is absolute, so the filesystem's size is read again here,
+// on this thread, right before the call, and a count not above it is never
+// sent: another resizer (the kubelet's NodeExpandVolume, an earlier growth)
+// may have grown the filesystem since it was measured, and to an xfs that
+// can shrink (Linux >= 5.12) a smaller count is a shrink request. A
+// filesystem that already holds the blocks needs nothing more.
+func (g *Grower) resize(fstype string, dev, fsFile *os.File, deviceBytes int64) (bool, error) {
+	if g.beforeResize != nil {
+		g.beforeResize()
+	}
+	now, err := geometry(fstype, dev, fsFile)
+	if err != nil {
+		return false, fmt.Errorf("just before resizing: %w", err)
+	}
+	newBlocks := uint64(deviceBytes) / uint64(now.blockSize)
+	if newBlocks <= now.blocks {
+		return false, nil
 	}
 	if isExt(fstype) {
 		if err := g.ioctls().ResizeExt4(fsFile, newBlocks); err != nil {
-			return fmt.Errorf("EXT4_IOC_RESIZE_FS from %d to %d blocks: %w", geo.blocks, newBlocks, err)
+			return true, fmt.Errorf("EXT4_IOC_RESIZE_FS from %d to %d blocks: %w", now.blocks, newBlocks, err)
 		}
-		return nil
+		return true, nil
 	}
-	if err := g.ioctls().GrowXFSData(fsFile, newBlocks, geo.imaxpct); err != nil {
-		return fmt.Errorf("XFS_IOC_FSGROWFSDATA from %d to %d blocks: %w", geo.blocks, newBlocks, err)
+	if err := g.ioctls().GrowXFSData(fsFile, newBlocks, now.imaxpct); err != nil {
+		return true, fmt.Errorf("XFS_IOC_FSGROWFSDATA from %d to %d blocks: %w", now.blocks, newBlocks, err)
 	}
-	return nil
+	return true, nil
 }
 
 // readOnly says why the filesystem cannot be grown through the launcher's
