@@ -18,5 +18,13 @@
 // so one syscall stuck in the kernel never stops the rest; Health says how
 // many were abandoned and how long the oldest has been stuck.
 //
+// An abandoned call keeps running until its syscall returns, possibly long
+// after its caller moved on (detached the volume, started a replacement
+// call on the same target). DoLive and CallLive hand the call a Live, whose
+// Check fails with ErrAbandoned from the moment the caller gave up: a call
+// checks it before every syscall that changes something, and hands its
+// values back only through CallLive's result, never through memory the
+// caller reads. A call given up before it started never starts.
+//
 // It refuses any knowledge of kubelet layouts, KubeVirt or mounts.
 package isolation

@@ -43,8 +43,8 @@ func OpenMountNamespace(nsPath string) (*MountNamespace, error) {
 	return nil, fmt.Errorf("mount namespace %q: %w", nsPath, errors.ErrUnsupported)
 }
 
-// Do is only supported on Linux.
-func (m *MountNamespace) Do(fn func() error) error { return errors.ErrUnsupported }
+// do is only supported on Linux.
+func (m *MountNamespace) do(*Live, func() error) error { return errors.ErrUnsupported }
 
 // SetTimeout is only supported on Linux.
 func (m *MountNamespace) SetTimeout(time.Duration) {}

@@ -5,22 +5,19 @@ import (
 	"time"
 )
 
-// Do runs fn in the namespace and returns its error. Processes that fn
+// do runs fn in the namespace and returns its error. Processes that fn
 // starts inherit the namespace, since they fork from the joined thread.
 //
-// Past the timeout, Do returns an error wrapping ErrStuck: either fn never
-// started (the runner was busy with a call stuck before it; fn had no
-// effect) or fn was abandoned while running (its effect is unknown; look
-// again before acting on it).
-func (m *MountNamespace) Do(fn func() error) error {
-	c := call{fn: fn, result: make(chan error, 1)}
+// Past the timeout, do marks l abandoned and then returns an error
+// wrapping ErrStuck: either fn never started (the runner was busy with a
+// call stuck before it; fn had no effect and never runs) or fn was
+// abandoned while running (its effect is unknown; look again before
+// acting on it, and fn's checks of l stop it before its next change).
+func (m *MountNamespace) do(l *Live, fn func() error) error {
+	c := call{fn: fn, live: l, result: make(chan error, 1)}
 	timeout := m.callTimeout()
-	var expired <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := m.timer(timeout)
+	defer stop()
 	for {
 		r, err := m.current()
 		if err != nil {
@@ -34,9 +31,26 @@ func (m *MountNamespace) Do(fn func() error) error {
 		case <-m.done:
 			return ErrClosed
 		case <-expired:
+			// The runner never took c (the send did not happen), so fn
+			// can no longer start: nothing will receive c again.
+			l.abandon()
 			return fmt.Errorf("mount namespace %q: %w: the call did not start within %s", m.path, ErrStuck, timeout)
 		}
 	}
+}
+
+// timer is the deadline of a call that starts now: a channel that fires
+// after d (nil, never, for 0) and a function that releases it. Tests
+// replace it through m.clock to decide when each deadline passes.
+func (m *MountNamespace) timer(d time.Duration) (<-chan time.Time, func()) {
+	if m.clock != nil {
+		return m.clock(d)
+	}
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
 }
 
 func (m *MountNamespace) wait(r *runner, c call, expired <-chan time.Time, timeout time.Duration) error {
@@ -45,6 +59,8 @@ func (m *MountNamespace) wait(r *runner, c call, expired <-chan time.Time, timeo
 	case err := <-c.result:
 		return err
 	case <-expired:
+		// Before anything else: a Check by fn from now on must fail.
+		c.live.abandon()
 		if err := m.retire(r, start); err != nil {
 			return fmt.Errorf("mount namespace %q: %w after %s, and no new thread: %w", m.path, ErrStuck, timeout, err)
 		}

@@ -28,6 +28,8 @@ type MountNamespace struct {
 	done    chan struct{}
 	stuck   map[*runner]time.Time // written-off runners still in a call, by call start
 	written uint64                // calls abandoned so far
+	// clock, when set, makes the deadline of each call (tests).
+	clock func(time.Duration) (<-chan time.Time, func())
 }
 
 // runner is one locked thread in the namespace.
@@ -38,6 +40,7 @@ type runner struct {
 
 type call struct {
 	fn     func() error
+	live   *Live
 	result chan error
 }
 
@@ -111,7 +114,7 @@ func (m *MountNamespace) loop(r *runner) {
 		}
 		select {
 		case c := <-r.calls:
-			c.result <- c.fn()
+			c.result <- m.run(c)
 		case <-r.retired:
 			m.finished(r)
 			return
@@ -119,6 +122,14 @@ func (m *MountNamespace) loop(r *runner) {
 			return
 		}
 	}
+}
+
+// run runs c unless its caller gave up between handing it over and now.
+func (m *MountNamespace) run(c call) error {
+	if err := c.live.Check(); err != nil {
+		return err
+	}
+	return c.fn()
 }
 
 // finished forgets a written-off runner whose stuck call came back.

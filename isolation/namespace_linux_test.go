@@ -135,3 +135,118 @@ func TestCallAbandonedWritesNothing(t *testing.T) {
 	close(release)
 	<-finished
 }
+
+// deadlines hands a test the deadline of each call in the order the calls
+// are made: the test decides when each passes, instead of a timer.
+type deadlines chan chan time.Time
+
+func fakeDeadlines(ns *MountNamespace) deadlines {
+	d := make(deadlines, 8)
+	ns.clock = func(time.Duration) (<-chan time.Time, func()) {
+		c := make(chan time.Time, 1)
+		d <- c
+		return c, func() {}
+	}
+	return d
+}
+
+// next is the deadline of the next call made.
+func (d deadlines) next(t *testing.T) chan<- time.Time {
+	t.Helper()
+	select {
+	case c := <-d:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call was made")
+		return nil
+	}
+}
+
+// TestLiveAbandonedCall: a running call's Live passes while its caller
+// waits, and fails with ErrAbandoned as soon as DoLive has returned
+// ErrStuck, so the call's next change is never made; CallLive returns the
+// zero value even when the abandoned call finishes afterwards.
+func TestLiveAbandonedCall(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ns, err := OpenMountNamespace("/proc/self/ns/mnt")
+	must(t, err)
+	defer ns.Close()
+	d := fakeDeadlines(ns)
+
+	type running struct {
+		live    *Live
+		release chan struct{}
+	}
+	in := make(chan running)
+	afterRelease := make(chan error, 1)
+	changed := false // written only by the call, read after it returned
+	done := make(chan error, 1)
+	go func() {
+		done <- ns.DoLive(func(l *Live) error {
+			r := running{l, make(chan struct{})}
+			in <- r
+			<-r.release
+			if err := l.Check(); err != nil {
+				afterRelease <- err
+				return err
+			}
+			changed = true
+			afterRelease <- nil
+			return nil
+		})
+	}()
+	deadline := d.next(t)
+	r := <-in
+	if err := r.live.Check(); err != nil {
+		t.Fatalf("Check while the caller waits: %v", err)
+	}
+	deadline <- time.Now()
+	if err := <-done; !errors.Is(err, ErrStuck) {
+		t.Fatalf("DoLive past its deadline = %v, want ErrStuck", err)
+	}
+	if err := r.live.Check(); !errors.Is(err, ErrAbandoned) {
+		t.Fatalf("Check right after DoLive returned = %v, want ErrAbandoned", err)
+	}
+	close(r.release)
+	if err := <-afterRelease; !errors.Is(err, ErrAbandoned) || changed {
+		t.Fatalf("the released call saw %v and changed=%v; want ErrAbandoned and no change", err, changed)
+	}
+
+	// CallLive: the value of a call that finishes after it was given up
+	// does not come back.
+	vals := make(chan int, 1)
+	go func() {
+		v, err := CallLive(ns, func(l *Live) (int, error) {
+			r := running{l, make(chan struct{})}
+			in <- r
+			<-r.release
+			return 9, nil
+		})
+		if !errors.Is(err, ErrStuck) {
+			t.Errorf("abandoned CallLive: %v, want ErrStuck", err)
+		}
+		vals <- v
+	}()
+	deadline = d.next(t)
+	r = <-in
+	deadline <- time.Now()
+	if v := <-vals; v != 0 {
+		t.Fatalf("abandoned CallLive = %d, want 0", v)
+	}
+	close(r.release)
+	// The successor serves calls, with a Live that passes.
+	got := make(chan error, 1)
+	go func() { got <- ns.DoLive(func(l *Live) error { return l.Check() }) }()
+	d.next(t)
+	if err := <-got; err != nil {
+		t.Fatalf("a call on the successor: %v", err)
+	}
+}
+
+// TestLiveNil: a call run outside a namespace has no caller to give up.
+func TestLiveNil(t *testing.T) {
+	var l *Live
+	if err := l.Check(); err != nil {
+		t.Fatalf("nil Live: %v", err)
+	}
+}
