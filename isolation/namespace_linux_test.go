@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,9 +60,12 @@ func TestOpenMountNamespaceMissing(t *testing.T) {
 	}
 }
 
-// TestMountNamespaceAbandonsAStuckCall: a call past the timeout is
-// abandoned and a new thread, in the same namespace, serves the next calls;
-// the stuck one is reported until it returns.
+// TestMountNamespaceAbandonsAStuckCall: a call past its deadline is
+// abandoned and a new thread, in the same namespace, serves the next
+// calls; the stuck one is reported until it returns. A call queued behind
+// the stuck one whose own deadline passes first fails with ErrStuck and
+// never runs, not even on the successor. The test decides when each
+// deadline passes, so each call has exactly one outcome.
 func TestMountNamespaceAbandonsAStuckCall(t *testing.T) {
 	testutil.RequiresRoot(t)
 	other := testutil.StartLauncher(t)
@@ -69,20 +73,27 @@ func TestMountNamespaceAbandonsAStuckCall(t *testing.T) {
 	must(t, err)
 	defer ns.Close()
 	ns.SetTimeout(100 * time.Millisecond)
+	d := fakeDeadlines(ns)
 
-	release := make(chan struct{})
+	release, started := make(chan struct{}), make(chan struct{})
 	stuck := make(chan error, 1)
-	go func() { stuck <- ns.Do(func() error { <-release; return nil }) }()
-	// A call queued behind the stuck one is handed to the new thread.
-	time.Sleep(20 * time.Millisecond)
-	queued := make(chan error, 1)
-	go func() { queued <- ns.Do(func() error { return nil }) }()
+	go func() { stuck <- ns.Do(func() error { close(started); <-release; return nil }) }()
+	stuckDeadline := d.next(t)
+	<-started
 
-	if err := <-stuck; !errors.Is(err, ErrStuck) {
-		t.Fatalf("stuck call returned %v, want ErrStuck", err)
+	var ran atomic.Bool
+	queued := make(chan error, 1)
+	go func() { queued <- ns.Do(func() error { ran.Store(true); return nil }) }()
+	// The runner is inside the stuck call, so the queued one cannot start
+	// before its deadline.
+	d.next(t) <- time.Now()
+	if err := <-queued; !errors.Is(err, ErrStuck) || !strings.Contains(err.Error(), "did not start") {
+		t.Fatalf("queued call returned %v, want ErrStuck: did not start", err)
 	}
-	if err := <-queued; err != nil && !errors.Is(err, ErrStuck) {
-		t.Fatalf("queued call returned %v", err)
+
+	stuckDeadline <- time.Now()
+	if err := <-stuck; !errors.Is(err, ErrStuck) || !strings.Contains(err.Error(), "abandoned") {
+		t.Fatalf("stuck call returned %v, want ErrStuck: abandoned", err)
 	}
 	// The successor runs in the namespace.
 	want, err := os.Readlink("/proc/" + strconv.Itoa(other.Pid) + "/ns/mnt")
@@ -95,19 +106,31 @@ func TestMountNamespaceAbandonsAStuckCall(t *testing.T) {
 	if got != want {
 		t.Fatalf("successor thread is in %s, want %s", got, want)
 	}
-	if n, stuckFor := ns.Health(time.Now()); n != 1 || stuckFor < 100*time.Millisecond {
-		t.Fatalf("health = %d abandoned, stuck for %s; want 1 and at least the timeout", n, stuckFor)
+	if n, stuckFor := ns.Health(time.Now().Add(time.Hour)); n != 1 || stuckFor < time.Hour {
+		t.Fatalf("health = %d abandoned, stuck for %s; want 1 and at least an hour an hour later", n, stuckFor)
 	}
 	close(release)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, stuckFor := ns.Health(time.Now()); stuckFor == 0 {
-			break
-		}
+	waitFor(t, "the stuck call that returned to be no longer reported", func() bool {
+		_, stuckFor := ns.Health(time.Now())
+		return stuckFor == 0
+	})
+	// Both threads served everything they were handed: the queued call
+	// would have run by now.
+	must(t, ns.Do(func() error { return nil }))
+	if ran.Load() {
+		t.Fatal("a call that failed with ErrStuck before it started ran later")
+	}
+}
+
+// waitFor polls cond until it holds; a deadline of 10 s only detects a hang.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("a stuck call that returned is still reported stuck")
+			t.Fatalf("waited 10 s for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
