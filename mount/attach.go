@@ -1,6 +1,8 @@
 package mount
 
 import (
+	"fmt"
+
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -32,6 +34,13 @@ type Attacher struct {
 	// SysRoot is sysfs, for checking that a mount's block device still
 	// exists; "" means "/sys".
 	SysRoot string
+	// BeforeChange, when set, runs on the call's thread right before each
+	// change an attach, detach or disk image creation makes, with the
+	// step's name ("create target", "unmount", "bind", "chown", ...), and
+	// before the call checks that its caller still waits for it. It is a
+	// seam for tests, which hold a call there to give it up at a chosen
+	// step.
+	BeforeChange func(step string)
 }
 
 // Observed is one <name>.img found in a hotplug-disks directory.
@@ -74,13 +83,35 @@ func (a *Attacher) sysRoot() string {
 	return a.SysRoot
 }
 
-// inHost runs fn in a's host namespace (isolation.Call), or here when NS
-// is nil.
-func inHost[T any](a *Attacher, fn func() (T, error)) (T, error) {
-	if a.NS == nil {
-		return fn()
+// steps is what a call in the host namespace asks before each change it
+// makes: whether its caller still waits for it (isolation.Live). A call
+// given up past its deadline still runs on its written-off thread, and its
+// caller may have detached the volume since, or started a replacement call
+// on the same target: it must change nothing more.
+type steps struct {
+	live *isolation.Live
+	hook func(step string) // Attacher.BeforeChange
+}
+
+// next returns nil when the call may go on to the change named by step,
+// and an error wrapping isolation.ErrAbandoned once its caller gave up.
+func (s steps) next(step string) error {
+	if s.hook != nil {
+		s.hook(step)
 	}
-	return isolation.Call(a.NS, fn)
+	if err := s.live.Check(); err != nil {
+		return fmt.Errorf("%s: %w", step, err)
+	}
+	return nil
+}
+
+// inHost runs fn in a's host namespace (isolation.CallLive), or here when
+// NS is nil, handing it the steps to check before each change.
+func inHost[T any](a *Attacher, fn func(s steps) (T, error)) (T, error) {
+	if a.NS == nil {
+		return fn(steps{hook: a.BeforeChange})
+	}
+	return isolation.CallLive(a.NS, func(l *isolation.Live) (T, error) { return fn(steps{l, a.BeforeChange}) })
 }
 
 // Attach bind-mounts sourceDir/disk.img onto targetDir/<name>.img, both

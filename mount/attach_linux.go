@@ -71,11 +71,11 @@ func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (outcome.
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("attach to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func() (outcome.Result, error) { return a.attachHere(t, sourceDir, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachHere(s, t, sourceDir, targetDir, name) })
 }
 
 func (a *Attacher) checkSource(sourceDir string) (int64, error) {
-	return inHost(a, func() (int64, error) {
+	return inHost(a, func(steps) (int64, error) {
 		root, err := openKubeletRoot(a.KubeletRoot)
 		if err != nil {
 			return 0, err
@@ -90,7 +90,7 @@ func (a *Attacher) checkSource(sourceDir string) (int64, error) {
 	})
 }
 
-func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachHere(s steps, t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -115,21 +115,21 @@ func (a *Attacher) attachHere(t *Table, sourceDir, targetDir, name string) (outc
 	result := outcome.Mounted
 	switch {
 	case !tg.exists:
-		if err := createTarget(dir, file); err != nil {
+		if err := createTarget(s, dir, file); err != nil {
 			return "", err
 		}
 	case tg.mounted && sameSource(tg, src) && tg.depth <= 1:
-		return outcome.Unchanged, a.fixOwner(dir, file, tg)
+		return outcome.Unchanged, a.fixOwner(s, dir, file, tg)
 	case tg.mounted:
-		if _, err := peel(t, dir, dirID, file); err != nil {
+		if _, err := peel(s, t, dir, dirID, file); err != nil {
 			return "", err
 		}
 		result = outcome.Replaced
 	}
-	if err := bindFile(src, dir, dirID, file); err != nil {
+	if err := bindFile(s, src, dir, dirID, file); err != nil {
 		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), where, err)
 	}
-	return result, a.chownMounted(src, dir, dirID, file)
+	return result, a.chownMounted(s, src, dir, dirID, file)
 }
 
 // openSource opens sourceDir/disk.img and checks that it is a plain file of
@@ -300,8 +300,11 @@ func sameSource(tg target, src *source) bool {
 
 // createTarget makes the empty file to mount on, exclusively: whatever
 // appeared there meanwhile is left alone and reported.
-func createTarget(dir *os.File, file string) error {
+func createTarget(s steps, dir *os.File, file string) error {
 	where := filepath.Join(dir.Name(), file)
+	if err := s.next("create target"); err != nil {
+		return fmt.Errorf("create target %q: %w", where, err)
+	}
 	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o660)
 	if err != nil {
 		return fmt.Errorf("create target %q: %w", where, err)
@@ -318,7 +321,7 @@ func createTarget(dir *os.File, file string) error {
 // the file on the directory's own mount, and returns how many it removed.
 // The name is resolved from the directory fd, and UMOUNT_NOFOLLOW keeps a
 // symlink swapped in for the file from redirecting the unmount.
-func peel(t *Table, dir *os.File, dirID uint64, file string) (int, error) {
+func peel(s steps, t *Table, dir *os.File, dirID uint64, file string) (int, error) {
 	where := filepath.Join(dir.Name(), file)
 	byFd := isolation.FdPath(dir) + "/" + file
 	for n := 0; n <= maxPeel; n++ {
@@ -331,6 +334,12 @@ func peel(t *Table, dir *os.File, dirID uint64, file string) (int, error) {
 		}
 		id, err := isolation.MountID(f)
 		f.Close()
+		if err == nil && id == dirID {
+			return n, nil
+		}
+		if err := s.next("unmount"); err != nil {
+			return n, fmt.Errorf("unmount from %q: %w", where, err)
+		}
 		if deadSource(err) {
 			// The top mount's filesystem is gone: detach it without
 			// asking it anything; the lookup of byFd reaches it.
@@ -341,9 +350,6 @@ func peel(t *Table, dir *os.File, dirID uint64, file string) (int, error) {
 		}
 		if err != nil {
 			return n, err
-		}
-		if id == dirID {
-			return n, nil
 		}
 		err = unix.Unmount(byFd, unix.UMOUNT_NOFOLLOW)
 		if errors.Is(err, unix.EBUSY) {
@@ -368,7 +374,7 @@ func describeMount(t *Table, id uint64) string {
 // bindFile mounts the validated source file onto dir/file, which must then
 // have nothing mounted on it. Only the file is bound: no directory, no
 // recursive bind.
-func bindFile(src *source, dir *os.File, dirID uint64, file string) error {
+func bindFile(s steps, src *source, dir *os.File, dirID uint64, file string) error {
 	tf, err := openTarget(dir, file)
 	if err != nil {
 		return fmt.Errorf("open target: %w", err)
@@ -383,6 +389,9 @@ func bindFile(src *source, dir *os.File, dirID uint64, file string) error {
 	}
 	if id, err := isolation.MountID(tf); err != nil || id != dirID {
 		return fmt.Errorf("target changed while being mounted (mount %d, want %d): %v", id, dirID, err)
+	}
+	if err := s.next("bind"); err != nil {
+		return err
 	}
 	if !openTreeMissing.Load() {
 		err := moveMountFile(src.f, tf)
@@ -455,7 +464,7 @@ func makePrivate(tree int) error {
 
 // chownMounted checks that dir/file now shows src's inode and gives it to
 // the QEMU user.
-func (a *Attacher) chownMounted(src *source, dir *os.File, dirID uint64, file string) error {
+func (a *Attacher) chownMounted(s steps, src *source, dir *os.File, dirID uint64, file string) error {
 	where := filepath.Join(dir.Name(), file)
 	f, err := openTarget(dir, file)
 	if err != nil {
@@ -473,12 +482,12 @@ func (a *Attacher) chownMounted(src *source, dir *os.File, dirID uint64, file st
 	if id == dirID || st.Dev != src.st.Dev || st.Ino != src.st.Ino {
 		return fmt.Errorf("target %q does not show %q after mounting", where, src.f.Name())
 	}
-	return a.chown(f, st)
+	return a.chown(s, f, st)
 }
 
 // fixOwner gives an already correct mount to the QEMU user if it is not
 // already theirs (a crash between mount and chown).
-func (a *Attacher) fixOwner(dir *os.File, file string, tg target) error {
+func (a *Attacher) fixOwner(s steps, dir *os.File, file string, tg target) error {
 	uid, gid := a.qemuIDs()
 	if int(tg.st.Uid) == uid && int(tg.st.Gid) == gid {
 		return nil
@@ -488,13 +497,16 @@ func (a *Attacher) fixOwner(dir *os.File, file string, tg target) error {
 		return fmt.Errorf("open mounted target %q: %w", filepath.Join(dir.Name(), file), err)
 	}
 	defer f.Close()
-	return a.chown(f, tg.st)
+	return a.chown(s, f, tg.st)
 }
 
-func (a *Attacher) chown(f *os.File, st unix.Stat_t) error {
+func (a *Attacher) chown(s steps, f *os.File, st unix.Stat_t) error {
 	uid, gid := a.qemuIDs()
 	if int(st.Uid) == uid && int(st.Gid) == gid {
 		return nil
+	}
+	if err := s.next("chown"); err != nil {
+		return fmt.Errorf("chown %q: %w", f.Name(), err)
 	}
 	if err := unix.Fchownat(int(f.Fd()), "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("chown %q to %d:%d: %w", f.Name(), uid, gid, err)
@@ -506,10 +518,10 @@ func (a *Attacher) detach(t *Table, targetDir, name string) (outcome.Result, err
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("detach from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func() (outcome.Result, error) { return a.detachHere(t, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachHere(s, t, targetDir, name) })
 }
 
-func (a *Attacher) detachHere(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachHere(s steps, t *Table, targetDir, name string) (outcome.Result, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err
@@ -524,7 +536,7 @@ func (a *Attacher) detachHere(t *Table, targetDir, name string) (outcome.Result,
 	if !tg.exists {
 		return outcome.Unchanged, nil
 	}
-	if _, err := peel(t, dir, dirID, file); err != nil {
+	if _, err := peel(s, t, dir, dirID, file); err != nil {
 		return "", err
 	}
 	f, err := openTarget(dir, file)
@@ -542,6 +554,9 @@ func (a *Attacher) detachHere(t *Table, targetDir, name string) (outcome.Result,
 	}
 	if kind := isolation.FileKind(st.Mode); kind != "regular file" {
 		return "", fmt.Errorf("target %q after unmounting: %w: is a %s, not a regular file", where, isolation.ErrUnsafePath, kind)
+	}
+	if err := s.next("remove target"); err != nil {
+		return "", fmt.Errorf("remove target %q: %w", where, err)
 	}
 	if err := unix.Unlinkat(int(dir.Fd()), file, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return "", fmt.Errorf("remove target %q: %w", where, err)

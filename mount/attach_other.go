@@ -52,6 +52,6 @@ func (a *Attacher) openLauncherDir(t *Table, targetDir string) (*os.File, error)
 	return nil, fmt.Errorf("open %q: %w", targetDir, errors.ErrUnsupported)
 }
 
-func uncover(t *Table, dir *os.File, name string) (int, error) {
+func uncover(_ steps, t *Table, dir *os.File, name string) (int, error) {
 	return 0, fmt.Errorf("uncover %q in %q: %w", name, dir.Name(), errors.ErrUnsupported)
 }

@@ -25,10 +25,10 @@ func (a *Attacher) attachDir(t *Table, sourceDir, targetDir, name string) (outco
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("attach directory to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func() (outcome.Result, error) { return a.attachDirHere(t, sourceDir, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachDirHere(s, t, sourceDir, targetDir, name) })
 }
 
-func (a *Attacher) attachDirHere(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachDirHere(s steps, t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -52,21 +52,24 @@ func (a *Attacher) attachDirHere(t *Table, sourceDir, targetDir, name string) (o
 	result := outcome.Mounted
 	switch {
 	case !tg.exists:
+		if err := s.next("create target directory"); err != nil {
+			return "", err
+		}
 		if err := unix.Mkdirat(int(dir.Fd()), file, 0o750); err != nil {
 			return "", fmt.Errorf("create target directory %q: %w", filepath.Join(dir.Name(), file), err)
 		}
 	case tg.mounted && !tg.dead && tg.depth <= 1 && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino:
-		return outcome.Unchanged, a.chownDir(dir, file, tg.st)
+		return outcome.Unchanged, a.chownDir(s, dir, file, tg.st)
 	case tg.mounted:
-		if _, err := peel(t, dir, dirID, file); err != nil {
+		if _, err := peel(s, t, dir, dirID, file); err != nil {
 			return "", err
 		}
 		result = outcome.Replaced
 	}
-	if err := bindDir(src, dir, dirID, file); err != nil {
+	if err := bindDir(s, src, dir, dirID, file); err != nil {
 		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
 	}
-	return result, a.chownMountedDir(src, dir, dirID, file)
+	return result, a.chownMountedDir(s, src, dir, dirID, file)
 }
 
 // openDirSource opens the published volume directory beneath the kubelet
@@ -162,7 +165,7 @@ func dirEmpty(dir *os.File, file string) (bool, error) {
 // bindDir mounts the source directory onto dir/file, which must then have
 // nothing mounted on it. open_tree without AT_RECURSIVE (mount(2) without
 // MS_REC) clones only the volume's own mount: submounts stay behind.
-func bindDir(src *dirSource, dir *os.File, dirID uint64, file string) error {
+func bindDir(s steps, src *dirSource, dir *os.File, dirID uint64, file string) error {
 	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open target: %w", err)
@@ -171,6 +174,9 @@ func bindDir(src *dirSource, dir *os.File, dirID uint64, file string) error {
 	defer tf.Close()
 	if id, err := isolation.MountID(tf); err != nil || id != dirID {
 		return fmt.Errorf("target changed while being mounted (mount %d, want %d): %v", id, dirID, err)
+	}
+	if err := s.next("bind"); err != nil {
+		return err
 	}
 	if !openTreeMissing.Load() {
 		err := moveMountPrivate(src.f, tf)
@@ -212,7 +218,7 @@ func moveMountPrivate(src, dst *os.File) error {
 
 // chownMountedDir checks that dir/file now shows the source directory and
 // gives it to the QEMU user.
-func (a *Attacher) chownMountedDir(src *dirSource, dir *os.File, dirID uint64, file string) error {
+func (a *Attacher) chownMountedDir(s steps, src *dirSource, dir *os.File, dirID uint64, file string) error {
 	where := filepath.Join(dir.Name(), file)
 	f, err := openTarget(dir, file)
 	if err != nil {
@@ -230,12 +236,12 @@ func (a *Attacher) chownMountedDir(src *dirSource, dir *os.File, dirID uint64, f
 	if id == dirID || st.Dev != src.st.Dev || st.Ino != src.st.Ino {
 		return fmt.Errorf("target %q does not show %q after mounting", where, src.f.Name())
 	}
-	return a.chown(f, st)
+	return a.chown(s, f, st)
 }
 
 // chownDir gives an already correct mount to the QEMU user if it is not
 // theirs yet (a crash between mount and chown).
-func (a *Attacher) chownDir(dir *os.File, file string, st unix.Stat_t) error {
+func (a *Attacher) chownDir(s steps, dir *os.File, file string, st unix.Stat_t) error {
 	uid, gid := a.qemuIDs()
 	if int(st.Uid) == uid && int(st.Gid) == gid {
 		return nil
@@ -245,17 +251,17 @@ func (a *Attacher) chownDir(dir *os.File, file string, st unix.Stat_t) error {
 		return fmt.Errorf("open mounted target %q: %w", filepath.Join(dir.Name(), file), err)
 	}
 	defer f.Close()
-	return a.chown(f, st)
+	return a.chown(s, f, st)
 }
 
 func (a *Attacher) detachDir(t *Table, targetDir, name string) (outcome.Result, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("detach directory from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func() (outcome.Result, error) { return a.detachDirHere(t, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachDirHere(s, t, targetDir, name) })
 }
 
-func (a *Attacher) detachDirHere(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachDirHere(s steps, t *Table, targetDir, name string) (outcome.Result, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err
@@ -270,9 +276,12 @@ func (a *Attacher) detachDirHere(t *Table, targetDir, name string) (outcome.Resu
 	if !tg.exists {
 		return outcome.Unchanged, nil
 	}
-	n, err := peel(t, dir, dirID, file)
+	n, err := peel(s, t, dir, dirID, file)
 	if err != nil {
 		return "", err
+	}
+	if err := s.next("remove target directory"); err != nil {
+		return "", fmt.Errorf("remove target directory %q: %w", where, err)
 	}
 	err = unix.Unlinkat(int(dir.Fd()), file, unix.AT_REMOVEDIR)
 	switch {
@@ -289,7 +298,7 @@ func (a *Attacher) detachDirHere(t *Table, targetDir, name string) (outcome.Resu
 }
 
 func (a *Attacher) observeDirs(t *Table, targetDir string) ([]Observed, error) {
-	return inHost(a, func() ([]Observed, error) { return a.observeDirsHere(t, targetDir) })
+	return inHost(a, func(steps) ([]Observed, error) { return a.observeDirsHere(t, targetDir) })
 }
 
 func (a *Attacher) observeDirsHere(t *Table, targetDir string) ([]Observed, error) {

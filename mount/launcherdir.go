@@ -1,6 +1,10 @@
 package mount
 
-import "os"
+import (
+	"os"
+
+	"github.com/hpmount/hpmount/isolation"
+)
 
 // InLauncherDir runs fn in a's namespace (see Attacher.NS) on the
 // launcher's hotplug-disks directory targetDir, relative to a.KubeletRoot,
@@ -17,14 +21,23 @@ import "os"
 // handed to fn and closed on the one thread that runs the call, so a call
 // abandoned past its deadline never leaves it behind to be reused.
 func InLauncherDir[T any](a *Attacher, t *Table, targetDir string, fn func(dir *os.File) (T, error)) (T, error) {
-	return inHost(a, func() (T, error) {
+	return InLauncherDirLive(a, t, targetDir, func(_ *isolation.Live, dir *os.File) (T, error) { return fn(dir) })
+}
+
+// InLauncherDirLive is InLauncherDir for an fn that changes something in
+// the directory: it hands fn the Live of the call (isolation.CallLive),
+// which fn checks before each change (Uncover does), so that a call given
+// up past its deadline changes nothing more. fn is nil-safe with a nil
+// Live, which a's own namespace (NS nil) hands it.
+func InLauncherDirLive[T any](a *Attacher, t *Table, targetDir string, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
+	return inHost(a, func(s steps) (T, error) {
 		dir, err := a.openLauncherDir(t, targetDir)
 		if err != nil {
 			var zero T
 			return zero, err
 		}
 		defer dir.Close()
-		return fn(dir)
+		return fn(s.live, dir)
 	})
 }
 
@@ -36,5 +49,8 @@ func InLauncherDir[T any](a *Attacher, t *Table, targetDir string, fn func(dir *
 // and content. A block node is never a mount target, so whatever is
 // mounted on one is not hpmount's, and the engine uncovers the name before
 // blockdev makes, verifies or removes the node (blockdev itself refuses to
-// work through a mount). Call it inside InLauncherDir's fn.
-func Uncover(t *Table, dir *os.File, name string) (int, error) { return uncover(t, dir, name) }
+// work through a mount). Call it inside InLauncherDirLive's fn, with its
+// Live: each unmount is made only while the caller still waits.
+func Uncover(live *isolation.Live, t *Table, dir *os.File, name string) (int, error) {
+	return uncover(steps{live: live}, t, dir, name)
+}

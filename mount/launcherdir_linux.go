@@ -112,7 +112,7 @@ func (a *Attacher) openLauncherDir(t *Table, targetDir string) (*os.File, error)
 	return dir, err
 }
 
-func uncover(t *Table, dir *os.File, name string) (int, error) {
+func uncover(s steps, t *Table, dir *os.File, name string) (int, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return 0, fmt.Errorf("uncover in %q: %w", dir.Name(), err)
 	}
@@ -120,5 +120,5 @@ func uncover(t *Table, dir *os.File, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return peel(t, dir, dirID, name)
+	return peel(s, t, dir, dirID, name)
 }

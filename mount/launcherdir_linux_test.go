@@ -288,8 +288,8 @@ func TestUncover(t *testing.T) {
 	w.arm(t)
 	count := func() int {
 		t.Helper()
-		n, err := InLauncherDir(w.n.a, hostTable(t), launchDir, func(dir *os.File) (int, error) {
-			return Uncover(hostTable(t), dir, "blk")
+		n, err := InLauncherDirLive(w.n.a, hostTable(t), launchDir, func(live *isolation.Live, dir *os.File) (int, error) {
+			return Uncover(live, hostTable(t), dir, "blk")
 		})
 		must(t, err)
 		return n

@@ -13,7 +13,7 @@ import (
 )
 
 func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
-	return inHost(a, func() ([]Observed, error) { return a.observeHere(t, targetDir) })
+	return inHost(a, func(steps) ([]Observed, error) { return a.observeHere(t, targetDir) })
 }
 
 func (a *Attacher) observeHere(t *Table, targetDir string) ([]Observed, error) {

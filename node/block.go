@@ -10,6 +10,7 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/outcome"
@@ -27,15 +28,18 @@ import (
 // through a mount that appears meanwhile.
 
 // inHotplugDisks runs fn in the host namespace on the launcher's
-// hotplug-disks, opened through the launcher-directory rule.
-func inHotplugDisks[T any](e *Engine, t *mount.Table, launcher types.UID, fn func(dir *os.File) (T, error)) (T, error) {
-	return mount.InLauncherDir(e.attacher, t, hotplugDisks(launcher), fn)
+// hotplug-disks, opened through the launcher-directory rule. fn checks
+// live before each change it makes (Uncover, and before each call of
+// blockdev that makes, chowns, labels or removes a node): a call given up
+// past its deadline changes nothing more.
+func inHotplugDisks[T any](e *Engine, t *mount.Table, launcher types.UID, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
+	return mount.InLauncherDirLive(e.attacher, t, hotplugDisks(launcher), fn)
 }
 
 // blockNodes lists the launcher's block nodes; a missing hotplug-disks has
 // none.
 func (e *Engine) blockNodes(t *mount.Table, launcher types.UID) ([]blockdev.Node, error) {
-	nodes, err := inHotplugDisks(e, t, launcher, e.nodes.Observe)
+	nodes, err := mount.InLauncherDir(e.attacher, t, hotplugDisks(launcher), e.nodes.Observe)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -45,7 +49,9 @@ func (e *Engine) blockNodes(t *mount.Table, launcher types.UID) ([]blockdev.Node
 // uncover removes what is mounted on the launcher's entry name and says
 // whether there was anything.
 func (e *Engine) uncover(t *mount.Table, launcher types.UID, name string) (bool, error) {
-	n, err := inHotplugDisks(e, t, launcher, func(dir *os.File) (int, error) { return mount.Uncover(t, dir, name) })
+	n, err := inHotplugDisks(e, t, launcher, func(live *isolation.Live, dir *os.File) (int, error) {
+		return mount.Uncover(live, t, dir, name)
+	})
 	return n > 0, err
 }
 
@@ -85,7 +91,10 @@ func (e *Engine) attachBlock(t *mount.Table, v agent.DesiredVolume) (outcome.Res
 			return outcome.Unchanged, err
 		}
 	}
-	did, err := inHotplugDisks(e, t, v.LauncherUID, func(dir *os.File) (nodeChange, error) {
+	did, err := inHotplugDisks(e, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
+		if err := live.Check(); err != nil {
+			return nodeChange{}, err
+		}
 		r, old, err := e.nodes.Ensure(dir, v.Name, p)
 		return nodeChange{r, old}, err
 	})
@@ -125,8 +134,11 @@ func computeOf(v agent.DesiredVolume) blockdev.Container {
 // granted again only for a node confirmed to still name the disk it was
 // made for; a node that is not there stays not published.
 func (e *Engine) keepBlock(t *mount.Table, v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
-	dev, err := inHotplugDisks(e, t, v.LauncherUID, func(dir *os.File) (blockdev.Device, error) {
-		if _, err := mount.Uncover(t, dir, v.Name); err != nil {
+	dev, err := inHotplugDisks(e, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (blockdev.Device, error) {
+		if _, err := mount.Uncover(live, t, dir, v.Name); err != nil {
+			return blockdev.Device{}, err
+		}
+		if err := live.Check(); err != nil {
 			return blockdev.Device{}, err
 		}
 		return e.nodes.Recheck(dir, v.Name)
@@ -151,8 +163,11 @@ func (e *Engine) keepBlock(t *mount.Table, v agent.DesiredVolume, notPublished e
 // detachBlock removes what is mounted on the launcher's node name, then the
 // node, then the rule of its device unless another node still uses it.
 func (e *Engine) detachBlock(t *mount.Table, launcher types.UID, name string) (outcome.Result, error) {
-	did, err := inHotplugDisks(e, t, launcher, func(dir *os.File) (nodeChange, error) {
-		if _, err := mount.Uncover(t, dir, name); err != nil {
+	did, err := inHotplugDisks(e, t, launcher, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
+		if _, err := mount.Uncover(live, t, dir, name); err != nil {
+			return nodeChange{}, err
+		}
+		if err := live.Check(); err != nil {
 			return nodeChange{}, err
 		}
 		r, dev, err := e.nodes.Remove(dir, name)

@@ -118,29 +118,38 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 	if e.held.has(k, entry) {
 		return "", nil
 	}
-	why, err := isolation.Call(e.ns, func() (string, error) {
+	// The verdict is the call's value, and the memo is written here, by
+	// the caller, only from a call that finished (see confirmSeenAt).
+	former := e.held.binds(k)
+	type verdict struct {
+		fresh bool   // QEMU holds nothing stale: remember the entry
+		why   string // why it is stale
+	}
+	v, err := isolation.Call(e.ns, func() (verdict, error) {
 		cur := propagation.Current{Block: true, Device: devNumber(entry.device)}
 		if entry.mountID != 0 {
 			id, err := e.targetIdent(hotplugDisks(launcher), target)
 			if err != nil {
-				return "", nil // gone or unsafe meanwhile: the observe or attach says so
+				return verdict{}, nil // gone or unsafe meanwhile: the observe or attach says so
 			}
-			cur = propagation.Current{File: id, Former: e.held.binds(k)}
+			cur = propagation.Current{File: id, Former: former}
 		}
 		h, detail, err := e.view.Held(string(launcher), target, cur)
 		if err != nil {
-			return "", nil // the pod's processes could not be listed: nothing told
+			return verdict{}, nil // the pod's processes could not be listed: nothing told
 		}
 		if h != propagation.StaleOpen {
-			e.held.put(k, entry)
-			return "", nil
+			return verdict{fresh: true}, nil
 		}
-		return detail, nil
+		return verdict{why: detail}, nil
 	})
 	if errors.Is(err, isolation.ErrStuck) {
 		return "", stuck(err)
 	}
-	return why, nil
+	if v.fresh {
+		e.held.put(k, entry)
+	}
+	return v.why, nil
 }
 
 // fileStaleOpen is staleOpen of a filesystem volume's bind, as observed.

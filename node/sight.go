@@ -70,24 +70,27 @@ func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, bind ent
 	if e.sight.has(k, bind) {
 		return nil
 	}
-	// why is the call's value: nil when the launcher sees the bind or
-	// nothing can be told.
-	why, err := isolation.Call(e.ns, func() (error, error) {
+	// The look is the call's value; the memos are written here, by the
+	// caller, and only from a call that finished: an abandoned call may
+	// return after forgetLauncher dropped the launcher, and must not bring
+	// it back.
+	type seen struct {
+		look propagation.Look
+		why  error
+	}
+	s, err := isolation.Call(e.ns, func() (seen, error) {
 		look, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
-		switch look.Sight {
-		case propagation.Seen:
-			e.sight.put(k, bind)
-			e.held.remember(k, look.Binds)
-		case propagation.NotSeen:
-			return why, nil
-		}
-		return nil, nil
+		return seen{look, why}, nil
 	})
 	if errors.Is(err, isolation.ErrStuck) {
 		return stuck(err)
 	}
-	if why != nil {
-		return fmt.Errorf("%w: %w", agent.ErrNotPropagated, why)
+	switch s.look.Sight {
+	case propagation.Seen:
+		e.sight.put(k, bind)
+		e.held.remember(k, s.look.Binds)
+	case propagation.NotSeen:
+		return fmt.Errorf("%w: %w", agent.ErrNotPropagated, s.why)
 	}
 	return nil
 }

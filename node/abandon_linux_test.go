@@ -1,0 +1,189 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/internal/testutil"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/outcome"
+)
+
+// TestAbandonedAttachBindsNothing (#19, defect 3): an attach held at one of
+// its steps (storage that hangs) is given up at its deadline, the agent
+// detaches the volume, and then the attach is let go. It must make no
+// change from then on: no target file, no bind in the host's mountinfo,
+// no memo written. Held before the target is made, the attach of old made
+// the target and bound disk.img into the launcher after the detach.
+func TestAbandonedAttachBindsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		step       string
+		wantDetach outcome.Result
+	}{
+		{"create target", outcome.Unchanged},
+		{"bind", outcome.Removed},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			n := newLinkedRoot(t)
+			e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+				CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107,
+				CallTimeout: 200 * time.Millisecond})
+			must(t, err)
+			defer e.Close()
+			held, release := make(chan struct{}), make(chan struct{})
+			var armed atomic.Bool
+			armed.Store(true)
+			e.attacher.BeforeChange = func(step string) {
+				if step == tc.step && armed.CompareAndSwap(true, false) {
+					close(held)
+					<-release
+				}
+			}
+			before := memos(e)
+			ctx := context.Background()
+			v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+				Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+			snap, err := e.Snapshot(ctx)
+			must(t, err)
+			if r, err := e.Attach(ctx, snap, v); !errors.Is(err, agent.ErrStuck) {
+				t.Fatalf("attach held at %q = %s, %v; want agent.ErrStuck", tc.step, r, err)
+			}
+			waitClosed(t, held, "the attach to reach "+tc.step)
+			snap, err = e.Snapshot(ctx)
+			must(t, err)
+			if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: "fs", Mode: kubevirt.Filesystem}); err != nil || r != tc.wantDetach {
+				t.Fatalf("detach = %s, %v; want %s", r, err, tc.wantDetach)
+			}
+			close(release)
+			waitUnstuck(t, e.ns)
+
+			target := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)), kubelet.TargetName("fs"))
+			tbl, err := mount.ReadTable("/proc/self/mountinfo")
+			must(t, err)
+			if stack := tbl.At(target); len(stack) != 0 {
+				t.Fatalf("the abandoned attach bound %q after the detach: %+v", target, *stack[len(stack)-1])
+			}
+			if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the abandoned attach left %q: %v", target, err)
+			}
+			if after := memos(e); after != before {
+				t.Fatalf("memos changed:\n%s\nwant\n%s", after, before)
+			}
+		})
+	}
+}
+
+// TestAbandonedCheckWritesNoMemo (#19, defect 3): the launcher check of an
+// observe hangs (its pod's cgroup.procs is a FIFO nobody writes yet) and
+// is given up; the launcher's memos are dropped (forgetLauncher, as for an
+// emptied launcher); then the check is let go and finds the launcher
+// seeing the bind. What it found goes back only to a caller that waits:
+// the memos stay empty (the check of old wrote the sight and QEMU memos
+// from its written-off thread).
+func TestAbandonedCheckWritesNoMemo(t *testing.T) {
+	n := newLinkedRoot(t)
+	l, procs, e := n.fifoLauncherView(t)
+	ctx := context.Background()
+	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+		t.Fatalf("attach = %s, %v", r, err)
+	}
+	// From now on, listing the pod's processes blocks until the test
+	// writes them.
+	must(t, os.Remove(procs))
+	must(t, unix.Mkfifo(procs, 0o600))
+	e.forgetLauncher(launcherUID)
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	_, _ = e.Observe(ctx, snap, launcherUID) // its check is given up; what Observe reports is TestObserveIsolatesAHungVolume's
+	e.forgetLauncher(launcherUID)
+	before := memos(e)
+	w, err := os.OpenFile(procs, os.O_WRONLY, 0) // the abandoned check is the reader
+	must(t, err)
+	_, err = fmt.Fprint(w, l.Pid)
+	must(t, err)
+	must(t, w.Close())
+	waitUnstuck(t, e.ns)
+	if after := memos(e); after != before {
+		t.Fatalf("an abandoned check wrote the memos:\n%s\nwant\n%s", after, before)
+	}
+}
+
+// fifoLauncherView is launcherView with a cgroup tree of the test's own, so
+// that the test can turn the pod's cgroup.procs into a FIFO; it returns
+// the launcher, that file and an engine with a short call deadline.
+func (n *linkedRoot) fifoLauncherView(t *testing.T) (*testutil.Launcher, string, *Engine) {
+	t.Helper()
+	hotplug := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
+	testutil.MakeShared(t, filepath.Dir(n.real))
+	ctr := filepath.Join(filepath.Dir(n.real), "ctr-hotplug-disks")
+	must(t, os.MkdirAll(ctr, 0o755))
+	l := testutil.StartLauncher(t)
+	l.Exec(t, "mount --bind "+hotplug+" "+ctr)
+	cg := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(cg, "devices.list"), nil, 0o644))
+	pod := filepath.Join(cg, "kubepods", "pod"+string(launcherUID))
+	must(t, os.MkdirAll(pod, 0o755))
+	procs := filepath.Join(pod, "cgroup.procs")
+	must(t, os.WriteFile(procs, []byte(fmt.Sprint(l.Pid)), 0o644))
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: cg, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev",
+		LauncherDir: ctr, UID: 107, GID: 107, CallTimeout: 300 * time.Millisecond})
+	must(t, err)
+	t.Cleanup(e.Close)
+	return l, procs, e
+}
+
+// memos prints every per-volume memo of e (fmt sorts map keys).
+func memos(e *Engine) string {
+	e.memo.mu.Lock()
+	g := fmt.Sprint(e.memo.last)
+	e.memo.mu.Unlock()
+	e.sight.mu.Lock()
+	s := fmt.Sprint(e.sight.seen)
+	e.sight.mu.Unlock()
+	e.held.mu.Lock()
+	defer e.held.mu.Unlock()
+	return fmt.Sprintf("grow %s\nsight %s\nheld %s\nformer %s", g, s, fmt.Sprint(e.held.fresh), fmt.Sprint(e.held.former))
+}
+
+// waitUnstuck waits until no abandoned call of ns is still running; the
+// 10 s deadline only detects a hang.
+func waitUnstuck(t *testing.T, ns *isolation.MountNamespace) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, stuck := ns.Health(time.Now()); stuck == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an abandoned call still runs 10 s after it was let go")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10 s for %s", what)
+	}
+}
