@@ -104,8 +104,16 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 	if ok {
 		return quick, nil
 	}
+	growFS := e.grow.Filesystems
+	if growFS {
+		published, err := e.published(v)
+		if err != nil {
+			return agent.GrowResult{}, err
+		}
+		growFS = !published
+	}
 	r, err := e.grower.Grow(t, dir, v.Name, mount.GrowOptions{
-		GrowFilesystem:     e.grow.Filesystems && !e.published(v),
+		GrowFilesystem:     growFS,
 		ExpandDiskImage:    e.grow.DiskImages,
 		CapacityBytes:      v.CapacityBytes,
 		FilesystemOverhead: v.FilesystemOverhead,
@@ -132,18 +140,37 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 	return res, stuck(busy(err))
 }
 
+// findPublished is kubelet.FindPublished; tests replace it to make the
+// check fail or hang.
+var findPublished = kubelet.FindPublished
+
 // published reports whether the attachment pod still publishes the
 // volume: then the kubelet's NodeExpandVolume grows its filesystem, and a
-// second resizer would only race it.
-func (e *Engine) published(v agent.DesiredVolume) bool {
+// second resizer would only race it. Only kubelet.ErrNotPublished says it
+// does not. A check that failed or is stuck tells nothing, and reading it
+// as "not published" let growth race the kubelet: growth waits instead,
+// with an error wrapping agent.ErrStuck or agent.ErrBusy, so that it is
+// tried again. The check runs on growth's own runner, so that a hung
+// kubelet tree holds growth, not attaches.
+func (e *Engine) published(v agent.DesiredVolume) (bool, error) {
 	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
-		return false
+		return false, nil
 	}
-	err := e.ns.Do(func() error {
-		_, err := kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
+	err := e.growNS.Do(func() error {
+		_, err := findPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
 		return err
 	})
-	return err == nil
+	unknown := fmt.Sprintf("grow volume %q: whether the attachment pod %s still publishes it (then the kubelet grows it) is unknown",
+		v.Name, v.Source.AttachmentPodUID)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, kubelet.ErrNotPublished):
+		return false, nil
+	case errors.Is(err, isolation.ErrStuck):
+		return false, fmt.Errorf("%s: %w", unknown, stuck(err))
+	}
+	return false, fmt.Errorf("%s: %w: %w", unknown, agent.ErrBusy, err)
 }
 
 // stuck marks a call abandoned past its deadline for the agent.
