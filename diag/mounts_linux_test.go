@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
 )
@@ -17,11 +18,25 @@ func TestFindmntMatchesMountinfoLive(t *testing.T) {
 	compareLive(t)
 }
 
-func compareLive(t *testing.T) {
+// requireFindmnt skips t without findmnt, unless testutil.RequireRootEnv
+// is set (make test, CI): .ci/install-deps.sh installs util-linux there,
+// so a findmnt missing is a broken machine, and the findmnt half of diag
+// would go untested while the run passes.
+func requireFindmnt(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("findmnt"); err != nil {
+	_, err := exec.LookPath("findmnt")
+	switch {
+	case err == nil:
+	case os.Getenv(testutil.RequireRootEnv) != "":
+		t.Fatalf("findmnt is not installed (%v) and %s is set: refusing to skip; .ci/install-deps.sh installs it (util-linux)", err, testutil.RequireRootEnv)
+	default:
 		t.Skip("findmnt is not installed")
 	}
+}
+
+func compareLive(t *testing.T) {
+	t.Helper()
+	requireFindmnt(t)
 	ctx := context.Background()
 	fromFindmnt, err := RunFindmnt(ctx, isolation.Host{Proc: "/proc", PID: os.Getpid()})
 	if err != nil {
