@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -9,9 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hpmount/hpmount/kubevirt"
 	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
@@ -232,4 +236,135 @@ func mountCalls(calls []string) []string {
 		}
 	}
 	return out
+}
+
+// completedOnTarget is the VMI of a migration to kt.TargetNode once the
+// handoff completed: its node label, status.nodeName and attachment pod
+// name the target, and the target label is gone.
+func completedOnTarget() *unstructured.Unstructured {
+	u := migratingObject(func(ms map[string]any) { ms["completed"] = true })
+	u.SetLabels(map[string]string{kubevirt.LabelNodeName: kt.TargetNode})
+	status := u.Object["status"].(map[string]any)
+	status["nodeName"], status["activePods"] = kt.TargetNode, map[string]any{string(kt.TargetLauncherUID): kt.TargetNode}
+	for _, st := range status["volumeStatus"].([]any) {
+		st.(map[string]any)["hotplugVolume"] = map[string]any{"attachPodName": "hp-volume-target", "attachPodUID": string(kt.TargetAttachUID)}
+	}
+	return u
+}
+
+// TestHandoffInEitherOrder: KubeVirt ends a migration in separate updates
+// (the node label moves to the target, later the target label goes), and
+// the target node sees them through two informers in either order. When
+// the target informer's delete comes first the VMI is in neither cache for
+// a while: that absence alone never detaches from the launcher that now
+// runs the VM. A live read confirms the VMI still names this node, and the
+// node informer's add then changes nothing.
+func TestHandoffInEitherOrder(t *testing.T) {
+	for _, deleteFirst := range []bool{true, false} {
+		name := map[bool]string{true: "target delete before node add", false: "node add before target delete"}[deleteFirst]
+		t.Run(name, func(t *testing.T) {
+			ta, _ := targetAgent(t)
+			ta.mustReconcile(t)
+			live := completedOnTarget()
+			if _, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Create(context.Background(), live, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			ta.engine.reset()
+			steps := []func(){
+				func() {
+					if err := ta.vmiTargetInformer.GetIndexer().Delete(migratingObject(func(ms map[string]any) { ms["completed"] = true })); err != nil {
+						t.Fatal(err)
+					}
+				},
+				func() { ta.setVMI(t, completedOnTarget()) },
+			}
+			if !deleteFirst {
+				slices.Reverse(steps)
+			}
+			for i, step := range steps {
+				step()
+				ta.mustReconcile(t)
+				if got := mountCalls(ta.engine.changing()); len(got) != 0 {
+					t.Fatalf("after step %d the running VM lost its disks: %v", i, got)
+				}
+				if _, ok := ta.states[testKey]; !ok {
+					t.Fatalf("after step %d the VMI was forgotten", i)
+				}
+			}
+		})
+	}
+}
+
+// goneObserver records the confirmations of a VMI's departure.
+type goneObserver struct {
+	NopObserver
+	mu     sync.Mutex
+	checks []string
+}
+
+var _ Observer = (*goneObserver)(nil)
+
+func (o *goneObserver) GoneCheck(result string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.checks = append(o.checks, result)
+}
+
+// TestGoneIsConfirmed: a VMI missing from the caches is detached only when
+// one live read confirms it left: not found, replaced by another VMI of
+// the name, or naming another node. A VMI that still names this node, or
+// an API server that cannot answer, detaches nothing and keeps the VMI.
+func TestGoneIsConfirmed(t *testing.T) {
+	elsewhere := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
+	elsewhere.SetLabels(map[string]string{kubevirt.LabelNodeName: "node9"})
+	replaced := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
+	replaced.SetUID("another-uid")
+	tests := []struct {
+		name   string
+		live   *unstructured.Unstructured
+		getErr bool
+		want   string
+		detach bool
+	}{
+		{name: "not found", want: GoneConfirmed, detach: true},
+		{name: "replaced", live: replaced, want: GoneReplaced, detach: true},
+		{name: "on another node", live: elsewhere, want: GoneElsewhere, detach: true},
+		{name: "still on this node", live: vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}), want: GoneStillHere},
+		{name: "api server fails", getErr: true, want: GoneUnknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obs := &goneObserver{}
+			ta := newTestAgent(t, func(c *Config) { c.Observer, c.GrowFilesystems = obs, false }, pvc("c1", "pv-1"))
+			ta.addPods(t, launcherPod(), attachmentPod())
+			u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
+			ta.setVMI(t, u)
+			ta.mustReconcile(t)
+			if tt.live != nil {
+				if _, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Create(context.Background(), tt.live, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.getErr {
+				ta.dyn.PrependReactor("get", "virtualmachineinstances", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewInternalError(errors.New("etcd leader changed"))
+				})
+			}
+			if err := ta.vmiInformer.GetIndexer().Delete(u); err != nil {
+				t.Fatal(err)
+			}
+			ta.engine.reset()
+			ta.mustReconcile(t)
+			detached := slices.Equal(ta.engine.changing(), []string{"detach launcher-uid hp"})
+			if detached != tt.detach || !tt.detach && len(ta.engine.changing()) != 0 {
+				t.Fatalf("calls = %v, want a detach: %v", ta.engine.changing(), tt.detach)
+			}
+			if _, kept := ta.states[testKey]; kept == tt.detach {
+				t.Fatalf("vmi remembered: %v, want %v", kept, !tt.detach)
+			}
+			if !slices.Equal(obs.checks, []string{tt.want}) {
+				t.Fatalf("checks = %v, want [%s]", obs.checks, tt.want)
+			}
+		})
+	}
 }

@@ -37,6 +37,10 @@ type Observer interface {
 	// from the handoff being seen to every hotplug volume being usable in
 	// the target launcher; otherwise 0.
 	Migration(event string, d time.Duration)
+	// GoneCheck is one live read confirming that a VMI missing from the
+	// caches left this node before anything of it is detached: one of
+	// the Gone* results (gone.go).
+	GoneCheck(result string)
 }
 
 // Volume states reported to Observer.VolumeState.
@@ -93,3 +97,4 @@ func (NopObserver) Refusal(string)                                     {}
 func (NopObserver) AttachLatency(string, time.Duration)                {}
 func (NopObserver) ForgetVMI(string, string)                           {}
 func (NopObserver) Migration(string, time.Duration)                    {}
+func (NopObserver) GoneCheck(string)                                   {}

@@ -35,8 +35,8 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 		return err
 	}
 	if !exists {
-		// Confirmed absence from a synced cache: the VMI is gone from
-		// this node.
+		// Absent from every synced cache: gone from this node, once the
+		// API server confirms it (gone.go).
 		return a.cleanupGone(ctx, key)
 	}
 	vmi, err := kubevirt.DecodeVMI(u)
@@ -203,6 +203,9 @@ func (a *Agent) cleanupGone(ctx context.Context, key string) error {
 	log := a.log.With("vmi", key)
 	ref := vmiRef(ns, name, st.uid, "")
 	clean, held := a.heldForHandoff(st)
+	if len(clean) > 0 && !a.goneConfirmed(ctx, key, st.uid) {
+		return nil
+	}
 	if len(clean) > 0 {
 		snap, err := a.snapshotFor(ctx, clean...)
 		if err != nil {

@@ -111,6 +111,11 @@ var (
 		Labels: []string{"event"},
 		Help:   "Steps of live migrations seen from this node, by event (handoff: a migration to this node was handed off; target-ready: every hotplug volume is usable in the target launcher; target-cleaned: the target launcher of a failed or aborted migration holds nothing; source-cleaned: the source launcher of a migrated VMI is gone and holds nothing).",
 	}
+	descGoneChecks = Description{
+		Name: "hpmount_vmi_gone_checks_total", Type: TypeCounter,
+		Labels: []string{"result"},
+		Help:   "Live reads confirming that a VMI missing from the agent's caches left this node, made before anything of it is detached, by result (gone, replaced, elsewhere: detaching goes ahead; still-here: a cache lags, nothing is detached; unknown: the API server could not be asked, nothing is detached).",
+	}
 	descMigrationReady = Description{
 		Name: "hpmount_migration_target_ready_seconds", Type: TypeHistogram,
 		Help: "Time from a migration's handoff being seen on its target node to every hotplug volume being usable in the target launcher.",
@@ -140,6 +145,7 @@ var descriptions = []Description{
 	descRefusals,
 	descAttachLatency,
 	descMigrations,
+	descGoneChecks,
 	descMigrationReady,
 	descQueueDepth,
 	descQueueAdds,

@@ -76,6 +76,7 @@ type Metrics struct {
 	refusals          *prometheus.CounterVec
 	attachLatency     *prometheus.HistogramVec
 	migrations        *prometheus.CounterVec
+	goneChecks        *prometheus.CounterVec
 	migrationReady    prometheus.Histogram
 	queueDepth        *prometheus.GaugeVec
 	queueAdds         *prometheus.CounterVec
@@ -119,6 +120,7 @@ func New(version, commit string) *Metrics {
 		attachLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachLatency.Name, Help: descAttachLatency.Help,
 			Buckets: LatencyBuckets}, descAttachLatency.Labels),
 		migrations: counterVec(descMigrations),
+		goneChecks: counterVec(descGoneChecks),
 		migrationReady: prometheus.NewHistogram(prometheus.HistogramOpts{Name: descMigrationReady.Name, Help: descMigrationReady.Help,
 			Buckets: LatencyBuckets}),
 		queueDepth:   gaugeVec(descQueueDepth),
@@ -158,6 +160,9 @@ func New(version, commit string) *Metrics {
 	for _, e := range agent.MigrationEvents {
 		m.migrations.WithLabelValues(e)
 	}
+	for _, r := range agent.GoneChecks {
+		m.goneChecks.WithLabelValues(r)
+	}
 	for _, q := range []string{QueueReconcile, QueueStatus} {
 		m.queueDepth.WithLabelValues(q)
 		m.queueAdds.WithLabelValues(q)
@@ -184,6 +189,7 @@ func New(version, commit string) *Metrics {
 		m.refusals,
 		m.attachLatency,
 		m.migrations,
+		m.goneChecks,
 		m.migrationReady,
 		m.queueDepth,
 		m.queueAdds,
@@ -312,6 +318,14 @@ func (m *Metrics) Migration(event string, d time.Duration) {
 	m.migrations.WithLabelValues(event).Inc()
 	if event == agent.MigrationTargetReady {
 		m.migrationReady.Observe(d.Seconds())
+	}
+}
+
+// GoneCheck counts one confirmation that a VMI left this node; a result
+// outside agent.GoneChecks is not counted, so the label stays bounded.
+func (m *Metrics) GoneCheck(result string) {
+	if slices.Contains(agent.GoneChecks, result) {
+		m.goneChecks.WithLabelValues(result).Inc()
 	}
 }
 
