@@ -22,6 +22,10 @@ import (
 // 5.2), so later binds go straight to mount(2). Tests set it to cover both.
 var openTreeMissing atomic.Bool
 
+// mountSetattr is mount_setattr(2); tests make it fail with ENOSYS to
+// cover kernels 5.2 to 5.11, which have open_tree but not it.
+var mountSetattr = unix.MountSetattr
+
 // maxPeel bounds the unmounts of one target: a stack deeper than this is not
 // something the agent made, and an endless loop must not hide it.
 const maxPeel = 32
@@ -393,21 +397,31 @@ func bindFile(s steps, src *source, dir *os.File, dirID uint64, file string) err
 	if err := s.next("bind"); err != nil {
 		return err
 	}
+	return bindPrivate(src.f, dir, file, tf)
+}
+
+// bindPrivate binds src (a disk.img or a volume directory, held O_PATH)
+// onto tf, the target dir/file, never recursively, and leaves the bind out
+// of the source's peer group: the one rule of file and directory binds.
+// With open_tree the clone is made private while still detached
+// (moveMountPrivate); before 5.2 mount(2) binds and the bind is made
+// private afterwards (privateAfterBind).
+func bindPrivate(src, dir *os.File, file string, tf *os.File) error {
 	if !openTreeMissing.Load() {
-		err := moveMountFile(src.f, tf)
+		err := moveMountPrivate(src, tf)
 		if !errors.Is(err, unix.ENOSYS) {
 			return err
 		}
 		openTreeMissing.Store(true)
 	}
-	if err := unix.Mount(isolation.FdPath(src.f), isolation.FdPath(tf), "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(isolation.FdPath(src), isolation.FdPath(tf), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("mount(MS_BIND): %w", err)
 	}
 	return privateAfterBind(dir, file)
 }
 
 // privateAfterBind takes the bind that mount(2) just made on dir/file out
-// of the source's peer group (see moveMountFile). Without open_tree there
+// of the source's peer group (see moveMountPrivate). Without open_tree there
 // is no detached mount to change first: copies the bind already propagated
 // to peers of hotplug-disks' mount stay in that group, which is why the
 // open_tree path is preferred.
@@ -423,9 +437,11 @@ func privateAfterBind(dir *os.File, file string) error {
 	return nil
 }
 
-// moveMountFile clones the mount of the source file (open_tree, without
-// AT_RECURSIVE), makes the clone private and attaches it onto the target fd.
-func moveMountFile(src, dst *os.File) error {
+// moveMountPrivate clones the mount of the source (open_tree without
+// AT_RECURSIVE: only the source's own mount, submounts stay behind), makes
+// the clone private while it is still detached (makePrivate), and
+// attaches it onto the target fd.
+func moveMountPrivate(src, dst *os.File) error {
 	tree, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return fmt.Errorf("open_tree: %w", err)
@@ -450,9 +466,13 @@ func moveMountFile(src, dst *os.File) error {
 // clone still gets a peer group of its own, so the launcher's slave view
 // receives it. mount_setattr needs 5.12; older kernels with open_tree
 // accept mount(2) on the detached tree through its fd.
+//
+// The same holds for a directory volume's clone: left in the peer group of
+// the kubelet's volume mount, whatever is mounted inside the PVC later
+// reaches the launcher.
 func makePrivate(tree int) error {
 	attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
-	err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr)
+	err := mountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr)
 	if errors.Is(err, unix.ENOSYS) {
 		err = unix.Mount("", "/proc/self/fd/"+strconv.Itoa(tree), "", unix.MS_PRIVATE, "")
 	}

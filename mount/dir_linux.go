@@ -163,8 +163,10 @@ func dirEmpty(dir *os.File, file string) (bool, error) {
 }
 
 // bindDir mounts the source directory onto dir/file, which must then have
-// nothing mounted on it. open_tree without AT_RECURSIVE (mount(2) without
-// MS_REC) clones only the volume's own mount: submounts stay behind.
+// nothing mounted on it, by the rule file binds follow too (bindPrivate):
+// only the volume's own mount, submounts stay behind, and the bind leaves
+// the peer group of the kubelet's volume mount, so that a mount made
+// inside the PVC later does not follow it into the launcher.
 func bindDir(s steps, src *dirSource, dir *os.File, dirID uint64, file string) error {
 	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -178,42 +180,7 @@ func bindDir(s steps, src *dirSource, dir *os.File, dirID uint64, file string) e
 	if err := s.next("bind"); err != nil {
 		return err
 	}
-	if !openTreeMissing.Load() {
-		err := moveMountPrivate(src.f, tf)
-		if !errors.Is(err, unix.ENOSYS) {
-			return err
-		}
-		openTreeMissing.Store(true)
-	}
-	if err := unix.Mount(isolation.FdPath(src.f), isolation.FdPath(tf), "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("mount(MS_BIND): %w", err)
-	}
-	return nil
-}
-
-// moveMountPrivate clones the volume's mount (open_tree without
-// AT_RECURSIVE), makes the clone private while it is still detached, and
-// attaches it onto the target. A clone of the kubelet's shared volume mount
-// would join its peer group, so that whatever is mounted inside the PVC
-// later would still reach the launcher; private, it and the launcher's
-// copy receive nothing more. Without mount_setattr (before 5.12) the clone
-// stays in the peer group: only mounts that exist at attach are held back.
-func moveMountPrivate(src, dst *os.File) error {
-	tree, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
-	if err != nil {
-		return fmt.Errorf("open_tree: %w", err)
-	}
-	// The tree fd pins the new mount: it must be closed before anything
-	// tries to unmount it.
-	defer unix.Close(tree)
-	attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil && !errors.Is(err, unix.ENOSYS) {
-		return fmt.Errorf("mount_setattr(MS_PRIVATE): %w", err)
-	}
-	if err := unix.MoveMount(tree, "", int(dst.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
-		return fmt.Errorf("move_mount: %w", err)
-	}
-	return nil
+	return bindPrivate(src.f, dir, file, tf)
 }
 
 // chownMountedDir checks that dir/file now shows the source directory and

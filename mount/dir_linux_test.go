@@ -215,3 +215,60 @@ func TestDetachDirKeepsContent(t *testing.T) {
 		t.Fatalf("observe lists the launcher's own directory: %+v %v", obs, err)
 	}
 }
+
+// TestAttachDirLeavesThePeerGroup: a directory volume's bind leaves the
+// peer group of the kubelet's (shared) volume mount, on every kernel path:
+// mount_setattr (5.12+), open_tree without it (5.2 to 5.11: ENOSYS, then
+// mount(2) on the detached clone) and mount(2) alone. In the group, a
+// mount made inside the PVC later would follow the bind into the
+// launcher. With mount_setattr failing ENOSYS the bind of old stayed in
+// the group.
+func TestAttachDirLeavesThePeerGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		fallback, noSetattr bool
+	}{
+		{"mount_setattr", false, false},
+		{"open_tree without mount_setattr", false, true},
+		{"mount(2)", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withFallback(t, tc.fallback)
+			if tc.noSetattr {
+				calls := 0
+				mountSetattr = func(int, string, uint, *unix.MountAttr) error { calls++; return unix.ENOSYS }
+				t.Cleanup(func() {
+					mountSetattr = unix.MountSetattr
+					if calls == 0 {
+						t.Error("mount_setattr was never asked")
+					}
+				})
+			}
+			n := newNode(t, "ext4")
+			vol := hostTable(t).At(n.path(hpVolDir))
+			if len(vol) != 1 || vol[0].Shared == 0 {
+				t.Fatalf("the PVC's mount is %+v, want one shared mount", vol)
+			}
+			if res, err := n.a.AttachDir(hostTable(t), hpVolDir, launchDir, "dump"); err != nil || res != outcome.Mounted {
+				t.Fatalf("attach: %v %v, want Mounted", res, err)
+			}
+			target := n.path(launchDir, "dump")
+			bind := hostTable(t).At(target)
+			if len(bind) != 1 {
+				t.Fatalf("%d mounts on %q, want 1", len(bind), target)
+			}
+			if b := bind[0]; b.Shared == vol[0].Shared || b.Master == vol[0].Shared {
+				t.Fatalf("the bind on %q is shared:%d master:%d, in or under the PVC mount's peer group %d", target, b.Shared, b.Master, vol[0].Shared)
+			}
+			must(t, os.Mkdir(n.path(hpVolDir, "later"), 0o755))
+			must(t, unix.Mount("tmpfs", n.path(hpVolDir, "later"), "tmpfs", 0, ""))
+			t.Cleanup(func() { _ = unix.Unmount(n.path(hpVolDir, "later"), unix.MNT_DETACH) })
+			if got := hostTable(t).At(target + "/later"); len(got) != 0 {
+				t.Fatalf("a mount made inside the PVC later followed the bind to %q", target)
+			}
+			if res, err := n.a.DetachDir(hostTable(t), launchDir, "dump"); err != nil || res != outcome.Removed {
+				t.Fatalf("detach: %v %v, want Removed", res, err)
+			}
+		})
+	}
+}
