@@ -1,11 +1,31 @@
 package propagation
 
+import (
+	"errors"
+	"path"
+	"strings"
+)
+
+// ErrTooManyProcesses is wrapped by Held when the launcher pod runs more
+// processes than it looks at: what QEMU holds is then unknown, not "no
+// QEMU".
+var ErrTooManyProcesses = errors.New("the launcher pod runs too many processes to look for QEMU")
+
+// qemuExecutable tells whether exe, the path of a process's executable
+// (/proc/<pid>/exe), is QEMU's: named qemu-kvm (KubeVirt's virt-launcher
+// image runs /usr/libexec/qemu-kvm) or qemu-system-<arch>, the names
+// KubeVirt itself looks for.
+func qemuExecutable(exe string) bool {
+	name := path.Base(exe)
+	return name == "qemu-kvm" || strings.HasPrefix(name, "qemu-system-")
+}
+
 // Hold is what a launcher's QEMU holds of one entry of its hotplug-disks.
 type Hold int
 
 const (
 	// NoQEMU: no process of the launcher pod is QEMU (the VM is not
-	// running, or the pod's processes cannot be found).
+	// running, or the pod's cgroup cannot be found).
 	NoQEMU Hold = iota
 	// NotOpen: QEMU runs but holds nothing under the entry's name: the
 	// disk is not attached to the domain (yet).
@@ -34,8 +54,11 @@ type Current struct {
 
 // Held tells what the QEMU process of launcher (its pod UID) holds open of
 // name in its hotplug-disks (a target name: "<vol>.img" or "<vol>"),
-// compared with cur. QEMU is a process of the pod whose command name
-// starts with "qemu" (qemu-kvm, qemu-system-*); its descriptors are read
+// compared with cur. QEMU is a process of the pod whose executable
+// (/proc/<pid>/exe, not its settable command name) is named qemu-kvm or
+// qemu-system-<arch>, among all of the pod's processes: a pod with more
+// than Held looks at is an error wrapping ErrTooManyProcesses, never
+// NoQEMU. Its descriptors are read
 // through <Proc>/<pid>/fd, whose links spell the path as the process sees
 // it; those ending in the last two components of Dir and name
 // (".../kubevirt/hotplug-disks/<name>") are compared, and so is one that

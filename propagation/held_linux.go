@@ -1,7 +1,9 @@
 package propagation
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,6 +19,12 @@ import (
 // hundred; past that a tenant's process only costs time.
 const maxFDs = 4096
 
+// maxPodProcs bounds the processes of a launcher pod that Held looks at.
+// A launcher runs a dozen (virt-launcher, virtqemud, virtlogd, QEMU,
+// sidecars); a pod with more is told as too many, never as one without
+// QEMU, since QEMU may be any of them.
+const maxPodProcs = 1024
+
 func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, error) {
 	if v.Dir == "" || v.Pods == nil {
 		return NoQEMU, "", nil
@@ -25,7 +33,7 @@ func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, er
 	if err != nil {
 		return NoQEMU, "no QEMU found: the launcher pod's cgroup is not found", nil
 	}
-	pids, err := podcgroup.Procs(cgs)
+	pids, err := podProcs(cgs, maxPodProcs)
 	if err != nil {
 		return NoQEMU, "", err
 	}
@@ -33,7 +41,7 @@ func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, er
 	// (/var/run is often ../run), so only its last components are
 	// compared; what the descriptor is, is decided by its identity.
 	want := "/" + path.Join(path.Base(path.Dir(v.Dir)), path.Base(v.Dir), name)
-	hold, detail := NoQEMU, "no QEMU found: no process of the launcher pod is qemu"
+	hold, detail := NoQEMU, "no QEMU found: no process of the launcher pod runs qemu-kvm or qemu-system-*"
 	for _, pid := range pids {
 		if !isQEMU(v.Proc, pid) {
 			continue
@@ -56,9 +64,42 @@ func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, er
 	return hold, detail, nil
 }
 
+// podProcs lists every process in the pod's cgroups, pod level first. More
+// than max is an error wrapping ErrTooManyProcesses: a list cut short
+// could leave QEMU out and read as "no QEMU".
+func podProcs(c *podcgroup.Cgroups, max int) ([]int, error) {
+	var pids []int
+	for _, dir := range c.TopDown() {
+		f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a container that exited meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("processes of pod %q: %w", c.PodUID, err)
+		}
+		more, err := podcgroup.ParseProcs(f, max+1-len(pids))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("processes of pod %q in %q: %w", c.PodUID, dir, err)
+		}
+		if pids = append(pids, more...); len(pids) > max {
+			return nil, fmt.Errorf("pod %q: %w (more than %d): what QEMU holds is not checked", c.PodUID, ErrTooManyProcesses, max)
+		}
+	}
+	return pids, nil
+}
+
+// isQEMU tells QEMU by its executable, as KubeVirt does (qemu-kvm, at
+// /usr/libexec/qemu-kvm in virt-launcher's image, or qemu-system-<arch>),
+// never by its command name, which any process sets for itself
+// (prctl(PR_SET_NAME)). A process whose executable cannot be read (it
+// exited, a kernel thread) is not QEMU.
 func isQEMU(proc string, pid int) bool {
-	comm, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "comm"))
-	return err == nil && strings.HasPrefix(string(comm), "qemu")
+	exe, err := os.Readlink(filepath.Join(proc, strconv.Itoa(pid), "exe"))
+	if err != nil {
+		return false
+	}
+	return qemuExecutable(strings.TrimSuffix(exe, " (deleted)"))
 }
 
 // heldBy looks at the descriptors of one process that name want, or that
