@@ -28,7 +28,8 @@ func OpenRoot(path string) (*os.File, error) {
 
 // OpenBeneath opens rel beneath the directory root without following any
 // symlink, without leaving root, and (with how.SameMount) without crossing a
-// mount point. A refusal wraps ErrUnsafePath.
+// mount point. A refusal wraps ErrUnsafePath; a lookup that renames or
+// mounts keep racing fails with ErrLookupRaced.
 func OpenBeneath(root *os.File, rel string, how How) (*os.File, error) {
 	if err := checkRelative(rel); err != nil {
 		return nil, fmt.Errorf("open %q beneath %q: %w", rel, root.Name(), err)
@@ -79,12 +80,34 @@ func openat2(dirfd int, rel string, how How) (int, error) {
 	if how.Flags&unix.O_CREAT != 0 {
 		oh.Mode = uint64(how.Mode)
 	}
-	for {
-		fd, err := unix.Openat2(dirfd, rel, &oh)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			// EAGAIN: a rename or mount raced the lookup; the kernel asks
-			// for a retry rather than risking an escape.
+	return retryOpenat2(dirfd, rel, &oh)
+}
+
+// maxLookupRetries bounds the retries of one lookup that the kernel
+// answered EAGAIN. A racing rename or mount is rare and brief; one that
+// comes back this many times in a row is a loop, which would otherwise
+// hold the lookup, and the thread it runs on, forever.
+const maxLookupRetries = 16
+
+// openat2Syscall is unix.Openat2; tests replace it to make the kernel's
+// answers.
+var openat2Syscall = unix.Openat2
+
+// retryOpenat2 is openat2, retried on EINTR and, up to maxLookupRetries
+// times, on EAGAIN: a rename or mount raced a lookup confined to a root
+// (RESOLVE_BENEATH, RESOLVE_IN_ROOT) and the kernel asks for a retry
+// rather than risk an escape. Past that it fails with ErrLookupRaced.
+func retryOpenat2(dirfd int, path string, how *unix.OpenHow) (int, error) {
+	for raced := 0; ; {
+		fd, err := openat2Syscall(dirfd, path, how)
+		switch {
+		case err == unix.EINTR:
 			continue
+		case err == unix.EAGAIN:
+			if raced++; raced < maxLookupRetries {
+				continue
+			}
+			return -1, fmt.Errorf("%w: the kernel asked %d times in a row to retry (%w)", ErrLookupRaced, raced, err)
 		}
 		return fd, err
 	}
@@ -229,22 +252,19 @@ func FileKind(mode uint32) string {
 // container's root (/proc/<pid>/root) never reaches the host's files. The
 // result is an O_PATH descriptor: nothing is opened for reading or
 // writing, and a FIFO or device found there is not touched. Kernels
-// without openat2 get an error wrapping errors.ErrUnsupported.
+// without openat2 get an error wrapping errors.ErrUnsupported; a lookup
+// that renames or mounts keep racing fails with ErrLookupRaced.
 func OpenInRoot(root *os.File, path string) (*os.File, error) {
 	oh := unix.OpenHow{
 		Flags:   uint64(unix.O_PATH | unix.O_CLOEXEC),
 		Resolve: uint64(unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS),
 	}
-	for {
-		fd, err := unix.Openat2(int(root.Fd()), path, &oh)
-		switch {
-		case err == unix.EINTR || err == unix.EAGAIN:
-			continue
-		case errors.Is(err, unix.ENOSYS):
-			return nil, fmt.Errorf("open %q in root %q: %w", path, root.Name(), errors.ErrUnsupported)
-		case err != nil:
-			return nil, fmt.Errorf("open %q in root %q: %w", path, root.Name(), err)
-		}
-		return os.NewFile(uintptr(fd), filepath.Join(root.Name(), path)), nil
+	fd, err := retryOpenat2(int(root.Fd()), path, &oh)
+	switch {
+	case errors.Is(err, unix.ENOSYS):
+		return nil, fmt.Errorf("open %q in root %q: %w", path, root.Name(), errors.ErrUnsupported)
+	case err != nil:
+		return nil, fmt.Errorf("open %q in root %q: %w", path, root.Name(), err)
 	}
+	return os.NewFile(uintptr(fd), filepath.Join(root.Name(), path)), nil
 }
