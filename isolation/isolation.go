@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 )
 
 // ErrUnsafePath marks a refusal: the path crossed a symlink, left its root,
@@ -16,6 +17,26 @@ var ErrUnsafePath = errors.New("unsafe path")
 // ErrStuck is wrapped when a call in a mount namespace did not finish
 // within its timeout and was abandoned (see MountNamespace.Do).
 var ErrStuck = errors.New("call in the mount namespace is stuck")
+
+// StuckCall is a call abandoned past its deadline that has not returned
+// yet (MountNamespace.StuckCalls).
+type StuckCall struct {
+	// Since is when the call started.
+	Since time.Time
+	// TID is the thread that runs it.
+	TID int
+	// State is the thread's state letter as /proc shows it ('R' running,
+	// 'S' interruptible sleep, 'D' uninterruptible sleep, ...); 0 when it
+	// could not be read.
+	State byte
+}
+
+// Uninterruptible reports a thread asleep in the kernel where no signal
+// reaches it ('D': I/O on a frozen filesystem, a disk that does not
+// answer). Such a thread keeps the process from exiting until the wait
+// ends, so killing the process frees nothing: the restarted process waits
+// for the same thread to leave first.
+func (c StuckCall) Uninterruptible() bool { return c.State == 'D' }
 
 // ErrClosed is returned by MountNamespace.Do after Close.
 var ErrClosed = errors.New("mount namespace runner is closed")

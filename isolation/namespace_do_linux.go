@@ -1,7 +1,11 @@
 package isolation
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -74,11 +78,22 @@ func (m *MountNamespace) callTimeout() time.Duration {
 	return m.timeout
 }
 
+// current is the runner that takes calls now. After a failed attempt to
+// replace a written-off runner it tries again, and fails at once while no
+// thread can be started: the written-off runner never takes a call again.
 func (m *MountNamespace) current() (*runner, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, ErrClosed
+	}
+	if m.noThread != nil {
+		next, err := m.start()
+		if err != nil {
+			m.noThread = err
+			return nil, fmt.Errorf("mount namespace %q: no thread to run the call: %w", m.path, err)
+		}
+		m.cur, m.noThread = next, nil
 	}
 	return m.cur, nil
 }
@@ -100,6 +115,7 @@ func (m *MountNamespace) retire(r *runner, start time.Time) error {
 	close(r.retired)
 	next, err := m.start()
 	if err != nil {
+		m.noThread = err
 		return err
 	}
 	m.cur = next
@@ -115,6 +131,40 @@ func (m *MountNamespace) Health(now time.Time) (abandoned uint64, stuckFor time.
 		stuckFor = max(stuckFor, now.Sub(since))
 	}
 	return m.written, stuckFor
+}
+
+// StuckCalls lists the abandoned calls that have not returned yet, oldest
+// first, with the state of the thread each holds, and why no thread could
+// be started in the namespace to replace the last written-off one (nil
+// while a thread serves calls).
+func (m *MountNamespace) StuckCalls() ([]StuckCall, error) {
+	m.mu.Lock()
+	calls := make([]StuckCall, 0, len(m.stuck))
+	for r, since := range m.stuck {
+		calls = append(calls, StuckCall{Since: since, TID: r.tid})
+	}
+	noThread := m.noThread
+	m.mu.Unlock()
+	for i := range calls {
+		calls[i].State = threadState(calls[i].TID)
+	}
+	slices.SortFunc(calls, func(a, b StuckCall) int { return a.Since.Compare(b.Since) })
+	return calls, noThread
+}
+
+// threadState is the state letter of one of the process's threads in
+// /proc/self/task/<tid>/stat ("pid (comm) S ..."; comm may hold any
+// byte, so the state follows the last ')'), 0 when it cannot be read.
+func threadState(tid int) byte {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
 
 // Path is the namespace file this runner joined.

@@ -28,6 +28,9 @@ type MountNamespace struct {
 	done    chan struct{}
 	stuck   map[*runner]time.Time // written-off runners still in a call, by call start
 	written uint64                // calls abandoned so far
+	// noThread is why the last attempt to start a thread in the namespace
+	// failed; nil while a thread serves calls.
+	noThread error
 	// clock, when set, makes the deadline of each call (tests).
 	clock func(time.Duration) (<-chan time.Time, func())
 }
@@ -36,6 +39,9 @@ type MountNamespace struct {
 type runner struct {
 	calls   chan call
 	retired chan struct{}
+	// tid is the thread's id, set before the runner serves a call: a
+	// stuck call's thread state is read through it (StuckCalls).
+	tid int
 }
 
 type call struct {
@@ -97,6 +103,7 @@ func (m *MountNamespace) serve(r *runner, started chan<- error) {
 		started <- err
 		return
 	}
+	r.tid = unix.Gettid()
 	started <- nil
 	m.loop(r)
 }

@@ -273,3 +273,75 @@ func TestLiveNil(t *testing.T) {
 		t.Fatalf("nil Live: %v", err)
 	}
 }
+
+// TestStuckCalls: an abandoned call is listed with its thread's state
+// until it returns (a read of an empty pipe sleeps interruptibly, 'S').
+// When no thread can be started to replace a written-off one (here the
+// namespace file is gone), StuckCalls says why, calls fail at once instead
+// of waiting for a runner that never takes them, and the next call once
+// the namespace is back starts a thread again.
+func TestStuckCalls(t *testing.T) {
+	testutil.RequiresRoot(t)
+	nsFile := filepath.Join(t.TempDir(), "mnt")
+	linkNS := func() { must(t, os.Symlink("/proc/"+strconv.Itoa(os.Getpid())+"/ns/mnt", nsFile)) }
+	linkNS()
+	ns, err := OpenMountNamespace(nsFile)
+	must(t, err)
+	defer ns.Close()
+	d := fakeDeadlines(ns)
+
+	var pipe [2]int
+	must(t, unix.Pipe2(pipe[:], unix.O_CLOEXEC))
+	defer unix.Close(pipe[0])
+	defer unix.Close(pipe[1])
+	read := make(chan error, 1)
+	go func() {
+		read <- ns.Do(func() error {
+			_, err := unix.Read(pipe[0], make([]byte, 1))
+			return err
+		})
+	}()
+	d.next(t) <- time.Now()
+	if err := <-read; !errors.Is(err, ErrStuck) {
+		t.Fatalf("the read = %v, want ErrStuck", err)
+	}
+	var calls []StuckCall
+	waitFor(t, "the stuck read's thread to sleep", func() bool {
+		calls, err = ns.StuckCalls()
+		return err == nil && len(calls) == 1 && calls[0].State == 'S'
+	})
+	if calls[0].TID == unix.Gettid() || calls[0].TID <= 0 || calls[0].Uninterruptible() {
+		t.Fatalf("stuck call %+v, want another thread in an interruptible sleep", calls[0])
+	}
+
+	// The namespace file goes: no thread can join it any more.
+	must(t, os.Remove(nsFile))
+	release, started := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() { blocked <- ns.Do(func() error { close(started); <-release; return nil }) }()
+	deadline := d.next(t)
+	<-started
+	deadline <- time.Now()
+	if err := <-blocked; !errors.Is(err, ErrStuck) || !strings.Contains(err.Error(), "no new thread") {
+		t.Fatalf("the second stuck call = %v, want ErrStuck and no new thread", err)
+	}
+	if calls, err := ns.StuckCalls(); err == nil || len(calls) != 2 {
+		t.Fatalf("StuckCalls = %+v, %v; want both calls and why no thread runs", calls, err)
+	}
+	if err := ns.Do(func() error { return nil }); err == nil || !strings.Contains(err.Error(), "no thread to run the call") {
+		t.Fatalf("a call while no thread can start = %v", err)
+	}
+	linkNS()
+	if err := ns.Do(func() error { return nil }); err != nil {
+		t.Fatalf("a call once the namespace is back = %v", err)
+	}
+	if _, err := ns.StuckCalls(); err != nil {
+		t.Fatalf("StuckCalls once a thread runs again: %v", err)
+	}
+	close(release)
+	_, _ = unix.Write(pipe[1], []byte{1})
+	waitFor(t, "the stuck calls to return", func() bool {
+		calls, _ := ns.StuckCalls()
+		return len(calls) == 0
+	})
+}

@@ -187,3 +187,71 @@ func waitClosed(t *testing.T, c <-chan struct{}, what string) {
 		t.Fatalf("waited 10 s for %s", what)
 	}
 }
+
+// TestLivenessOnlyWhenARestartHelps (#19, defect 2): an attach or detach
+// stuck past the limit in a wait a signal ends (a read of a pipe, as on a
+// hung FUSE server) fails liveness until it returns; growth's runner stuck
+// past the limit never does (TestStuckCallIsAbandoned covers a call in
+// uninterruptible sleep on a frozen filesystem, which passes).
+func TestLivenessOnlyWhenARestartHelps(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: root,
+		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev",
+		CallTimeout: 100 * time.Millisecond, GrowTimeout: 100 * time.Millisecond})
+	must(t, err)
+	defer e.Close()
+	const limit = 50 * time.Millisecond
+	live := e.Liveness(limit)
+	for _, tc := range []struct {
+		name     string
+		ns       *isolation.MountNamespace
+		wantFail bool
+	}{
+		{"growth runner", e.growNS, false},
+		{"attach and detach runner", e.ns, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pipe [2]int
+			must(t, unix.Pipe2(pipe[:], unix.O_CLOEXEC))
+			defer unix.Close(pipe[0])
+			defer unix.Close(pipe[1])
+			err := tc.ns.Do(func() error {
+				_, err := unix.Read(pipe[0], make([]byte, 1))
+				return err
+			})
+			if !errors.Is(err, isolation.ErrStuck) {
+				t.Fatalf("the read = %v, want ErrStuck", err)
+			}
+			waitStuckPast(t, tc.ns, limit, 'S')
+			if err := live(); (err != nil) != tc.wantFail {
+				t.Fatalf("liveness with the %s stuck in an interruptible wait past the limit = %v; want failing %v", tc.name, err, tc.wantFail)
+			}
+			_, _ = unix.Write(pipe[1], []byte{1})
+			waitUnstuck(t, tc.ns)
+			if err := live(); err != nil {
+				t.Fatalf("liveness once the call returned: %v", err)
+			}
+		})
+	}
+}
+
+// waitStuckPast waits until an abandoned call of ns has been stuck past
+// limit in a thread in state; the 10 s deadline only detects a hang.
+func waitStuckPast(t *testing.T, ns *isolation.MountNamespace, limit time.Duration, state byte) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		calls, _ := ns.StuckCalls()
+		for _, c := range calls {
+			if time.Since(c.Since) > limit && c.State == state {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no call stuck past %s in state %c after 10 s: %+v", limit, state, calls)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -22,6 +22,13 @@
 // kubelet does not publish wraps kubelet.ErrNotPublished, and growth
 // reports the slack by which a claim may sit below its device.
 //
+// Liveness fails only when a restart would help: a thread that could not
+// be started in the host namespace, or an attach or detach stuck past the
+// limit in a thread a signal reaches. A thread in uninterruptible sleep (a
+// frozen filesystem) keeps the process from exiting until its wait ends,
+// so a restart would only take the agent down until the storage thaws;
+// and growth, on its own runner, is never a reason to restart.
+//
 // It refuses to decide anything: which volumes belong where, when to
 // detach and what to report are the agent's.
 package node

@@ -105,22 +105,39 @@ func (e *Engine) SweepGrowthLeftovers() (int, error) {
 	return e.grower.Sweep(t)
 }
 
-// Liveness returns the agent's liveness check: it fails once a call in the
-// host namespace has been stuck for longer than limit, so that the
-// kubelet restarts the agent rather than leave it to pile up stuck
-// threads. Abandoned calls alone are not a failure: each is reported on
-// its volume.
+// Liveness returns the agent's liveness check. It fails only when a
+// restart would help:
+//
+//   - no thread could be started in the host namespace to replace a
+//     written-off one, so no attach or detach runs at all;
+//   - an attach or detach has been stuck past limit in a thread that a
+//     signal reaches (waiting on a hung FUSE server, a pipe, a lock).
+//
+// A thread in uninterruptible sleep ('D': a frozen filesystem, storage
+// that does not answer) keeps the process from exiting until the wait
+// ends: a restart would only take the agent down until the storage comes
+// back, and the calls that follow already run on a new thread. Growth's
+// runner is not looked at: a growth waits on the filesystem it grows
+// (FIFREEZE during a snapshot), it has its own thread, deadline and
+// report on its volume, and restarting cannot make it finish sooner.
 func (e *Engine) Liveness(limit time.Duration) func() error {
-	return func() error {
-		now := time.Now()
-		for _, ns := range []*isolation.MountNamespace{e.ns, e.growNS} {
-			if n, stuck := ns.Health(now); stuck > limit {
-				return fmt.Errorf("a call in the host mount namespace has been stuck for %s (limit %s; %d abandoned so far)",
-					stuck.Round(time.Second), limit, n)
-			}
-		}
-		return nil
+	return func() error { return liveness(e.ns, limit, time.Now()) }
+}
+
+// liveness is Liveness of the attach and detach runner ns at now.
+func liveness(ns *isolation.MountNamespace, limit time.Duration, now time.Time) error {
+	calls, noThread := ns.StuckCalls()
+	if noThread != nil {
+		return fmt.Errorf("no thread in the host mount namespace runs attaches and detaches: %w", noThread)
 	}
+	for _, c := range calls {
+		// A state that cannot be read is a thread that just returned.
+		if d := now.Sub(c.Since); d > limit && c.State != 0 && !c.Uninterruptible() {
+			return fmt.Errorf("a call in the host mount namespace has been stuck for %s in thread %d, state %c (limit %s): a restart ends it",
+				d.Round(time.Second), c.TID, c.State, limit)
+		}
+	}
+	return nil
 }
 
 // KubeletRoot is the kubelet root as resolved in the host namespace.
