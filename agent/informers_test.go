@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -109,9 +108,16 @@ func TestVMIKeysForPod(t *testing.T) {
 }
 
 // TestRunAttachesAndLeavesMountsOnShutdown runs the whole loop against the
-// fake clientsets: informers, queue, workers, shutdown.
+// fake clientsets: informers, queue, workers, resync, shutdown. The volume
+// is attached, then resync passes run over it (each queues the VMI and the
+// orphan sweep, which asks the engine for its launchers), and neither they
+// nor the shutdown detach anything.
 func TestRunAttachesAndLeavesMountsOnShutdown(t *testing.T) {
-	ta := newTestAgent(t, func(c *Config) { c.ResyncPeriod = 50 * time.Millisecond }, pvc("c1", "pv-1"))
+	obs := newKickObserver()
+	ta := newTestAgent(t, func(c *Config) {
+		c.ResyncPeriod = 50 * time.Millisecond
+		c.Observer = obs
+	}, pvc("c1", "pv-1"))
 	ta.synced.Store(false)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -127,20 +133,22 @@ func TestRunAttachesAndLeavesMountsOnShutdown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- ta.Run(ctx) }()
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	obs.waitUntil(t, 10*time.Second, "attach of hp", func() bool {
 		ta.engine.mu.Lock()
+		defer ta.engine.mu.Unlock()
 		_, mounted := ta.engine.observed[launcherUID]["hp"]
-		ta.engine.mu.Unlock()
-		if mounted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("volume not attached; calls %v", ta.engine.changing())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return mounted
+	})
+	// Three more sweeps are at least two resync passes (the one sweep not
+	// queued by a resync is queued at start); three more observations of
+	// the launcher are the VMI's own reconciles among them.
+	sweeps, observes := ta.engine.count("launchers"), ta.engine.count("observe "+string(launcherUID))
+	obs.waitUntil(t, 10*time.Second, "three resync passes", func() bool {
+		return ta.engine.count("launchers") >= sweeps+3 && ta.engine.count("observe "+string(launcherUID)) >= observes+3
+	})
+	if n := ta.engine.count("detach"); n != 0 {
+		t.Fatalf("detached while running: %v", ta.engine.changing())
 	}
-	time.Sleep(150 * time.Millisecond) // let a few resyncs run
 	cancel()
 	select {
 	case err := <-done:
@@ -150,10 +158,8 @@ func TestRunAttachesAndLeavesMountsOnShutdown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-	for _, c := range ta.engine.changing() {
-		if strings.HasPrefix(c, "detach") {
-			t.Fatalf("detached on shutdown: %v", ta.engine.changing())
-		}
+	if n := ta.engine.count("detach"); n != 0 {
+		t.Fatalf("detached on shutdown: %v", ta.engine.changing())
 	}
 }
 
