@@ -45,6 +45,8 @@ type Agent struct {
 	queue             workqueue.TypedRateLimitingInterface[string]
 	// status writes volumeStatus off the reconcile path.
 	status *statusWriter
+	// growth runs growth checks off the reconcile workers (growth.go).
+	growth *growRunner
 	// snaps shares mount-table reads between reconciles.
 	snaps snapshots
 
@@ -114,6 +116,7 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 		resync:  map[string]bool{},
 		arrived: map[string]time.Time{},
 		status:  newStatusWriter(cfg.QueueMetrics),
+		growth:  newGrowRunner(),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -186,6 +189,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { a.resyncLoop(ctx) })
 	wg.Go(func() { a.statusWorker(ctx) })
+	// Not waited for: a growth check blocked on a frozen filesystem ends
+	// only at the engine's growth deadline, and shutting down must not
+	// wait minutes for it. It writes nothing but its own result.
+	go a.growthLoop(ctx)
 
 	var runErr error
 	select {
@@ -246,6 +253,7 @@ func (a *Agent) stateFor(key string, uid types.UID) *vmiState {
 }
 
 func (a *Agent) forget(key string) {
+	a.growth.prune(key, nil)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.states, key)

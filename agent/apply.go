@@ -33,14 +33,22 @@ type applied struct {
 	NotPropagated error
 }
 
-// apply runs the plan against launcher, in order. It never changes the
-// plan or the intents; a growth check is skipped for a volume whose attach
-// or verify failed in this pass.
-func (a *Agent) apply(ctx context.Context, snap Snapshot, launcher types.UID, plan []op) []applied {
+// apply runs the plan of VMI key against launcher, in order. It never
+// changes the plan or the intents. A growth check goes to the growth
+// runner (growth.go) and its result is applied in a later pass, once it is
+// there; it is skipped for a volume whose attach or verify failed in this
+// pass.
+func (a *Agent) apply(ctx context.Context, key string, snap Snapshot, launcher types.UID, plan []op) []applied {
 	var out []applied
 	failed := map[string]bool{}
 	for _, o := range plan {
 		if o.Kind == outcome.Grow && failed[o.Name] {
+			continue
+		}
+		if o.Kind == outcome.Grow {
+			if r, ok := a.grown(key, launcher, o); ok {
+				out = append(out, r)
+			}
 			continue
 		}
 		r := a.call(ctx, snap, launcher, o)
@@ -54,6 +62,19 @@ func (a *Agent) apply(ctx context.Context, snap Snapshot, launcher types.UID, pl
 		out = append(out, r)
 	}
 	return out
+}
+
+// grown returns the finished growth check of o, made for the volume as it
+// is desired now, or queues one.
+func (a *Agent) grown(key string, launcher types.UID, o op) (applied, bool) {
+	k := growKey{key, launcher, o.Name}
+	r, ok := a.growth.take(k, o.Intent.Desired)
+	if !ok {
+		a.growth.submit(k, o.Intent.Desired)
+		return applied{}, false
+	}
+	r.Op = o
+	return r, true
 }
 
 // call makes one engine call and classifies its result.

@@ -34,6 +34,10 @@ type fakeEngine struct {
 	calls     []string
 	// compute is the compute container each volume was last attached for.
 	compute map[string]string
+	// growing, when set, receives every Grow as it starts, and the Grow
+	// returns only once released is closed: a filesystem frozen under it.
+	growing  chan string
+	released chan struct{}
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -136,8 +140,15 @@ func (f *fakeEngine) Detach(_ context.Context, _ Snapshot, l types.UID, o Observ
 
 func (f *fakeEngine) Grow(_ context.Context, _ Snapshot, v DesiredVolume) (GrowResult, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.record("grow %s %d", v.Name, v.CapacityBytes)
+	growing, released := f.growing, f.released
+	f.mu.Unlock()
+	if growing != nil {
+		growing <- v.Name
+		<-released
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.grow[v.Name], f.growErr[v.Name]
 }
 
@@ -265,4 +276,23 @@ func hasEvent(events []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// growPass reconciles the test VMI, runs the growth checks that pass
+// queued as the growth runner's loop would, and reconciles again, which
+// reports them.
+func (ta *testAgent) growPass(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	ta.runGrowth(ctx)
+	for ta.queue.Len() > 0 {
+		key, _ := ta.queue.Get()
+		ta.queue.Done(key)
+	}
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -33,6 +33,9 @@ type planInput struct {
 	// CapacityChanged reports whether capacity differs from the last one a
 	// growth check ran for (true when none ran yet).
 	CapacityChanged func(name string, capacity int64) bool
+	// GrowthReady reports whether a finished growth check of the volume
+	// waits to be reported (apply takes it; growth.go).
+	GrowthReady func(name string) bool
 }
 
 // buildPlan returns the ordered engine calls that turn observed into
@@ -84,7 +87,8 @@ func planVolume(in planInput, it *volumeIntent, o *ObservedVolume) (attach, grow
 	if !ok || it.Desired.Mode == kubevirt.Directory || it.Desired.Mode == kubevirt.Filesystem && !in.GrowFilesystems {
 		return attach, nil
 	}
-	if in.Resync || in.CapacityChanged == nil || in.CapacityChanged(name, it.Desired.CapacityBytes) {
+	if in.Resync || in.CapacityChanged == nil || in.CapacityChanged(name, it.Desired.CapacityBytes) ||
+		in.GrowthReady != nil && in.GrowthReady(name) {
 		grow = []op{{Kind: outcome.Grow, Name: name, Intent: it, Observed: o}}
 	}
 	return attach, grow

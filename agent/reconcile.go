@@ -95,6 +95,7 @@ func (a *Agent) reconcileVMI(ctx context.Context, key string, vmi *kubevirt.VMI,
 // as the launcher is judged (kubevirt.ForLauncher).
 func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiState, vmi *kubevirt.VMI, launcher *corev1.Pod, resync bool, arrived time.Time) error {
 	a.pruneState(st, vmi)
+	a.growth.prune(vmi.Namespace+"/"+vmi.Name, func(k growKey) bool { return k.launcher == launcher.UID && vmi.Spec.HasVolume(k.volume) })
 	intents := buildIntents(ctx, vmi, launcher, a, a.resolvePV)
 	observed, err := a.engine.Observe(ctx, snap, launcher.UID)
 	if r := kubevirt.RefusalOf(err); r != nil {
@@ -117,8 +118,9 @@ func (a *Agent) reconcileLauncher(ctx context.Context, snap Snapshot, st *vmiSta
 			last, ok := st.capacity[name]
 			return !ok || last != c
 		},
+		GrowthReady: a.growth.ready(vmi.Namespace+"/"+vmi.Name, launcher.UID),
 	})
-	done := a.apply(ctx, snap, launcher.UID, plan)
+	done := a.apply(ctx, vmi.Namespace+"/"+vmi.Name, snap, launcher.UID, plan)
 	if !slices.ContainsFunc(done, func(d applied) bool { return d.Op.Kind == outcome.Verify && d.Result == outcome.Error }) {
 		st.compute = compute // else the retry verifies again
 	}
@@ -184,7 +186,7 @@ func (a *Agent) detachAll(ctx context.Context, snap Snapshot, st *vmiState, ref 
 	if err != nil {
 		return fmt.Errorf("observe gone launcher %s: %w", launcher, err)
 	}
-	done := a.apply(ctx, snap, launcher, buildPlan(planInput{Observed: observed}))
+	done := a.apply(ctx, "", snap, launcher, buildPlan(planInput{Observed: observed}))
 	s := summarize(summaryInput{Observed: observed, Applied: done})
 	a.report(st, ref, log, s)
 	return errors.Join(s.Errs...)

@@ -109,11 +109,10 @@ func TestReconcileAttachThenEmptyPlan(t *testing.T) {
 		t.Fatalf("events = %v", ev)
 	}
 	// The growth checks need a snapshot taken after the attach: the next
-	// pass runs them.
+	// pass queues them on the growth runner, and the pass after they ran
+	// reports them.
 	ta.engine.reset()
-	if err := ta.reconcile(ctx, testKey); err != nil {
-		t.Fatal(err)
-	}
+	ta.growPass(t)
 	if got, want := ta.engine.changing(), []string{"grow blk 10737418240", "grow hp 10737418240"}; !slices.Equal(got, want) {
 		t.Fatalf("second pass calls = %v, want %v", got, want)
 	}
@@ -340,14 +339,10 @@ func TestReconcileGrowReports(t *testing.T) {
 				// The claim had a larger size before: a shrink is a claim
 				// that went down.
 				ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID, Capacity: tt.before}))
-				if err := ta.reconcile(context.Background(), testKey); err != nil {
-					t.Fatal(err)
-				}
+				ta.growPass(t)
 			}
 			ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
-			if err := ta.reconcile(context.Background(), testKey); err != nil {
-				t.Fatal(err)
-			}
+			ta.growPass(t)
 			ev := ta.events()
 			found := false
 			for _, e := range ev {
@@ -368,9 +363,7 @@ func TestReconcileGrowReports(t *testing.T) {
 			}
 			// Capacity grew in the VMI status: checked again.
 			ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID, Capacity: "30Gi"}))
-			if err := ta.reconcile(context.Background(), testKey); err != nil {
-				t.Fatal(err)
-			}
+			ta.growPass(t)
 			if got := ta.engine.changing(); !slices.Equal(got, []string{"grow hp 32212254720"}) {
 				t.Fatalf("calls = %v", got)
 			}

@@ -1,0 +1,166 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/outcome"
+)
+
+// Why growth has a runner of its own.
+//
+// A growth check can take as long as the filesystem lets it: an online
+// resize waits for a frozen filesystem (a Longhorn snapshot freezes it
+// while an expansion is due) and the engine gives up on it only after its
+// growth deadline, minutes later. Run on a reconcile worker, two such
+// checks held both workers, and every attach and detach of the node waited
+// for the thaw. So apply never calls Engine.Grow: it hands the check to
+// this runner and moves on, and the runner's result comes back through the
+// VMI's next reconcile, which reports it as if it had been made in place.
+// One check runs at a time, as the engine's growth thread serializes them
+// anyway; a stuck one delays other growth, never a mount.
+
+// growKey names one volume of one launcher of one VMI key.
+type growKey struct {
+	vmi      string
+	launcher types.UID
+	volume   string
+}
+
+// growDone is a finished check, kept until the VMI's reconcile reports it.
+type growDone struct {
+	asked DesiredVolume // the volume as desired when the check was made
+	r     applied
+}
+
+// growRunner queues growth checks and keeps their results.
+type growRunner struct {
+	mu     sync.Mutex
+	queued map[growKey]DesiredVolume // waiting or running
+	order  []growKey                 // waiting, oldest first
+	done   map[growKey]growDone
+	wake   chan struct{}
+}
+
+func newGrowRunner() *growRunner {
+	return &growRunner{queued: map[growKey]DesiredVolume{}, done: map[growKey]growDone{}, wake: make(chan struct{}, 1)}
+}
+
+// take returns the finished check of k when it was made for the volume as
+// v desires it now; a result for another capacity or source is dropped.
+func (g *growRunner) take(k growKey, v DesiredVolume) (applied, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d, ok := g.done[k]
+	if !ok {
+		return applied{}, false
+	}
+	delete(g.done, k)
+	return d.r, sameGrowth(d.asked, v)
+}
+
+// sameGrowth reports whether a check made for a answers one for b.
+func sameGrowth(a, b DesiredVolume) bool {
+	return a.Mode == b.Mode && a.CapacityBytes == b.CapacityBytes && a.FilesystemOverhead == b.FilesystemOverhead &&
+		a.Source == b.Source && a.LauncherUID == b.LauncherUID
+}
+
+// submit queues a check of k unless one is waiting or running.
+func (g *growRunner) submit(k growKey, v DesiredVolume) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.queued[k]; ok {
+		return
+	}
+	g.queued[k] = v
+	g.order = append(g.order, k)
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ready reports whether a finished check of the volume waits to be
+// reported, for the plan.
+func (g *growRunner) ready(vmi string, launcher types.UID) func(string) bool {
+	return func(volume string) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		_, ok := g.done[growKey{vmi, launcher, volume}]
+		return ok
+	}
+}
+
+// next pops the oldest waiting check.
+func (g *growRunner) next() (growKey, DesiredVolume, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.order) == 0 {
+		return growKey{}, DesiredVolume{}, false
+	}
+	k := g.order[0]
+	g.order = g.order[1:]
+	return k, g.queued[k], true
+}
+
+// finish records a check's result.
+func (g *growRunner) finish(k growKey, v DesiredVolume, r applied) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.queued, k)
+	g.done[k] = growDone{asked: v, r: r}
+}
+
+// prune drops the finished checks of vmi that keep does not want reported
+// any more: a launcher left, a volume was removed, the VMI was forgotten.
+func (g *growRunner) prune(vmi string, keep func(growKey) bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.done {
+		if k.vmi == vmi && (keep == nil || !keep(k)) {
+			delete(g.done, k)
+		}
+	}
+}
+
+// growthLoop runs queued growth checks until ctx ends.
+func (a *Agent) growthLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.growth.wake:
+		}
+		a.runGrowth(ctx)
+	}
+}
+
+// runGrowth runs every waiting check in order, and brings each VMI back
+// to the queue to report its result.
+func (a *Agent) runGrowth(ctx context.Context) {
+	for ctx.Err() == nil {
+		k, v, ok := a.growth.next()
+		if !ok {
+			return
+		}
+		a.growth.finish(k, v, a.growOnce(ctx, k, v))
+		a.queue.Add(k.vmi)
+	}
+}
+
+// growOnce makes one check on a mount-table snapshot current for its
+// launcher.
+func (a *Agent) growOnce(ctx context.Context, k growKey, v DesiredVolume) applied {
+	o := op{Kind: outcome.Grow, Name: k.volume, Intent: &volumeIntent{Desired: v}}
+	start := time.Now()
+	snap, err := a.snapshotFor(ctx, k.launcher)
+	if err != nil {
+		return applied{Op: o, Took: time.Since(start), Result: outcome.Error,
+			Err: fmt.Errorf("grow volume %q: %w", k.volume, err), Canceled: ctx.Err() != nil}
+	}
+	return a.call(ctx, snap, k.launcher, o)
+}

@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hpmount/hpmount/kubevirt"
+)
+
+// TestGrowthNeverHoldsAWorker: a growth check that does not return (a
+// filesystem frozen under an online resize) holds neither the reconcile
+// that planned it nor any other: the VMI's other work goes on, the check
+// runs once on the growth runner, and its result is reported by the pass
+// after it returned.
+func TestGrowthNeverHoldsAWorker(t *testing.T) {
+	ta := standardAgent(t, nil)
+	ta.engine.growing, ta.engine.released = make(chan string), make(chan struct{})
+	ta.engine.setObserved(launcherUID, healthyObserved("hp", kubevirt.Filesystem))
+	ta.engine.grow["hp"] = GrowResult{DeviceBytes: 10 << 30, FilesystemBefore: 5 << 30, FilesystemAfter: 10 << 30, FilesystemType: "xfs", Grown: true}
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}, vol{Name: "new", Claim: "c2", AttachUID: attachUID}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	reconciled := func(what string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- ta.reconcile(ctx, testKey) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute): // a hang detector, not a budget
+			t.Fatalf("%s: the reconcile waited for a growth check that does not return", what)
+		}
+	}
+	reconciled("first pass")
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach new Filesystem attach-uid/pv-2"}) {
+		t.Fatalf("first pass calls = %v", got)
+	}
+	go ta.growthLoop(ctx)
+	if name := <-ta.engine.growing; name != "hp" {
+		t.Fatalf("growth of %q, want hp", name)
+	}
+	// The growth check hangs; the VMI is reconciled again meanwhile.
+	ta.engine.reset()
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID, Capacity: "20Gi"}, vol{Name: "new", Claim: "c2", AttachUID: attachUID}))
+	reconciled("pass during the hung growth")
+	if got := ta.engine.changing(); len(got) != 0 {
+		t.Fatalf("calls during the hung growth = %v, want none (one check at a time per volume)", got)
+	}
+	ta.events()
+	ta.engine.mu.Lock()
+	ta.engine.growing = nil // the filesystem thaws: later checks return at once
+	ta.engine.mu.Unlock()
+	close(ta.engine.released)
+	// The runner brings the VMI back after each check; the check made for
+	// 10Gi is not the answer for the 20Gi claim, so a new one is queued and
+	// only its result is reported.
+	var events []string
+	for pass := 0; pass < 5 && !hasEvent(events, "Normal FilesystemExpanded"); pass++ {
+		key, _ := ta.queue.Get()
+		ta.queue.Done(key)
+		if key != testKey {
+			t.Fatalf("queued %q, want %q", key, testKey)
+		}
+		reconciled("pass after a growth check returned")
+		events = append(events, ta.events()...)
+	}
+	if !hasEvent(events, "Normal FilesystemExpanded Volume hp: filesystem xfs grew from 5Gi to 10Gi") {
+		t.Fatalf("events = %v", events)
+	}
+	var grows []string
+	for _, c := range ta.engine.changing() {
+		if c == "grow hp 10737418240" || c == "grow hp 21474836480" {
+			grows = append(grows, c)
+		}
+	}
+	if !slices.Equal(grows, []string{"grow hp 21474836480"}) {
+		t.Fatalf("growth checks of hp after the thaw = %v, want one for 20Gi", grows)
+	}
+}
