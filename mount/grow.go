@@ -184,8 +184,12 @@ func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int
 // takes write access through the mount the call is made on. disk.img is only
 // ever made larger, sparsely.
 //
-// A resize that waits on a frozen filesystem blocks in the kernel; g.NS's
-// timeout bounds how long Grow waits for it.
+// A growth of a frozen filesystem waits in the kernel; g.NS's timeout
+// bounds how long Grow waits for it. A growth given up on that way changes
+// nothing after the thaw: it waits for the filesystem to take writes before
+// each resize or enlargement and, right before making it, stops if its
+// caller gave up (isolation.Live), since a later check may have decided
+// otherwise from newer facts.
 func (g *Grower) Grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
 	return g.grow(t, targetDir, name, opts)
 }

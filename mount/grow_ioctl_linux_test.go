@@ -88,9 +88,11 @@ func thaw(t testing.TB, dir string) {
 }
 
 // TestGrowFrozenXFS is the stuck case: a growth of a frozen filesystem
-// waits in the kernel. The namespace's deadline (node's grow timeout)
-// abandons it; once thawed, the abandoned call finishes the growth, and
-// the next check finds nothing left to do. Nothing is mounted meanwhile.
+// waits in the kernel until the namespace's deadline (node's grow timeout)
+// abandons it. What it measured is stale by then, and a later check may
+// have decided otherwise: once thawed, the abandoned call returns without
+// growing anything, and the next check grows the filesystem. Nothing is
+// mounted meanwhile.
 func TestGrowFrozenXFS(t *testing.T) {
 	f := newGrowFixture(t, "xfs", 400*mib, 16*mib)
 	f.loop.Grow(t, 700*mib)
@@ -104,27 +106,64 @@ func TestGrowFrozenXFS(t *testing.T) {
 	}
 	f.checkMounts(t)
 	thaw(t, f.csiMount)
+	waitAbandonedReturned(t, f.grower.NS)
+	if len(f.ioctls.calls) != 0 {
+		t.Errorf("resize calls %+v after the thaw, want none from the abandoned growth", f.ioctls.calls)
+	}
+	if after := f.launcherStatfs(t); after != before {
+		t.Errorf("launcher sees %d bytes after the thaw, was %d: the abandoned growth grew the filesystem", after, before)
+	}
+	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	if err != nil || !res.Grown || res.FilesystemBytes != 400*mib {
+		t.Errorf("the check after the thaw: %+v, %v; want it to grow the 400 MiB filesystem", res, err)
+	}
+	if len(f.ioctls.calls) != 1 {
+		t.Errorf("resize calls %+v, want the later check's only", f.ioctls.calls)
+	}
+	if after := f.launcherStatfs(t); after <= before+250*mib {
+		t.Errorf("launcher sees %d bytes, was %d", after, before)
+	}
+	f.checkMounts(t)
+}
+
+// TestGrowImageFrozen: an enlargement of disk.img abandoned while its
+// filesystem is frozen does not enlarge it after the thaw; the next check
+// does.
+func TestGrowImageFrozen(t *testing.T) {
+	f := newGrowFixture(t, "xfs", 400*mib, 64*mib)
+	opts := GrowOptions{ExpandDiskImage: true, CapacityBytes: 200 * mib, FilesystemOverhead: 0.055}
+	freeze(t, f.csiMount)
+	f.grower.NS.SetTimeout(time.Second)
+
+	if _, err := f.grow(t, opts); !errors.Is(err, isolation.ErrStuck) {
+		t.Fatalf("Grow on a frozen filesystem: %v, want ErrStuck", err)
+	}
+	thaw(t, f.csiMount)
+	waitAbandonedReturned(t, f.grower.NS)
+	if fi, err := os.Stat(f.target); err != nil || fi.Size() != 64*mib {
+		t.Fatalf("disk.img after the thaw: %v, %v; want it left at 64 MiB by the abandoned growth", fi.Size(), err)
+	}
+	res, err := f.grow(t, opts)
+	if err != nil || !res.ImageGrown || res.DiskImageAfter != 189*mib {
+		t.Errorf("the check after the thaw: %+v, %v; want disk.img grown to 189 MiB", res, err)
+	}
+	f.checkMounts(t)
+}
+
+// waitAbandonedReturned waits until no abandoned call of ns is still
+// running; the deadline only catches one that never returns.
+func waitAbandonedReturned(t *testing.T, ns *isolation.MountNamespace) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, stuck := f.grower.NS.Health(time.Now()); stuck == 0 {
-			break
+		if _, stuck := ns.Health(time.Now()); stuck == 0 {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the abandoned growth did not return after the thaw")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
-	if err != nil || res.NeedsGrowth || res.FilesystemBytes != 700*mib {
-		t.Errorf("after the thaw: %+v, %v; want the filesystem grown to the device by the abandoned call", res, err)
-	}
-	if after := f.launcherStatfs(t); after <= before+250*mib {
-		t.Errorf("launcher sees %d bytes, was %d", after, before)
-	}
-	if len(f.ioctls.calls) != 1 {
-		t.Errorf("resize calls %+v, want the one abandoned", f.ioctls.calls)
-	}
-	f.checkMounts(t)
 }
 
 // growChildEnv carries "<kubelet root>\n<target dir>" to the growth that
@@ -159,10 +198,11 @@ func runGrowChild(spec string) int {
 }
 
 // TestGrowKilledMidway SIGKILLs a process in the middle of a growth (in
-// the resize ioctl, held there by a frozen filesystem) and shows that
-// nothing is left behind: no mount anywhere new, nothing in the private
-// dir, the device not pinned once its mounts are gone, and a second growth
-// completes.
+// its wait for the filesystem to take writes, a write of no bytes held
+// there by a frozen filesystem, right before the resize call) and shows
+// that nothing is left behind: no mount anywhere new, nothing in the
+// private dir, the device not pinned once its mounts are gone, and a
+// second growth completes.
 func TestGrowKilledMidway(t *testing.T) {
 	f := newGrowFixture(t, "xfs", 400*mib, 16*mib)
 	f.loop.Grow(t, 700*mib)
@@ -183,7 +223,7 @@ func TestGrowKilledMidway(t *testing.T) {
 			_ = child.Wait()
 		}
 	})
-	if err := waitInIoctl(child.Process.Pid, xfsIocFSGrowFSData, 30*time.Second); err != nil {
+	if err := waitInSyscall(child.Process.Pid, unix.SYS_WRITE, 3, 0, 30*time.Second); err != nil {
 		t.Fatalf("%v; child said: %s", err, out.String())
 	}
 	if err := child.Process.Signal(unix.SIGKILL); err != nil {
@@ -197,14 +237,12 @@ func TestGrowKilledMidway(t *testing.T) {
 	}
 	f.checkMounts(t)
 
-	// A second growth completes. The ioctl may have finished the first one
-	// in the kernel before the kill took effect: the frozen wait is not
-	// interruptible, so then there is nothing left to grow.
+	// A second growth completes: the kill took effect when the frozen
+	// wait ended, before the resize call.
 	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
-	if err != nil || res.NeedsGrowth || (res.FilesystemBytes != 700*mib && !res.Grown) {
-		t.Fatalf("second growth: %+v, %v", res, err)
+	if err != nil || !res.Grown || res.FilesystemBytes != 400*mib {
+		t.Fatalf("second growth: %+v, %v; want it to grow the 400 MiB filesystem", res, err)
 	}
-	t.Logf("after the kill: filesystem %d MiB, grown by the second growth: %v", res.FilesystemBytes>>20, res.Grown)
 	if after := f.launcherStatfs(t); after <= before+250*mib {
 		t.Errorf("launcher sees %d bytes, was %d", after, before)
 	}
@@ -237,11 +275,12 @@ func assertUnpinned(t *testing.T, f *growFixture) {
 	unix.Close(fd)
 }
 
-// waitInIoctl waits until a thread of pid is in ioctl(_, req, _), as its
+// waitInSyscall waits until a thread of pid is in syscall nr with its
+// argument number arg (from 1) equal to value, as its
 // /proc/<pid>/task/<tid>/syscall says: the syscall number, then the
 // arguments in hex.
-func waitInIoctl(pid int, req uintptr, timeout time.Duration) error {
-	want := strconv.Itoa(unix.SYS_IOCTL)
+func waitInSyscall(pid, nr, arg int, value uintptr, timeout time.Duration) error {
+	want := strconv.Itoa(nr)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
@@ -251,16 +290,16 @@ func waitInIoctl(pid int, req uintptr, timeout time.Duration) error {
 				continue
 			}
 			fields := strings.Fields(string(b))
-			if len(fields) < 3 || fields[0] != want {
+			if len(fields) <= arg || fields[0] != want {
 				continue
 			}
-			if n, err := strconv.ParseUint(strings.TrimPrefix(fields[2], "0x"), 16, 64); err == nil && uintptr(n) == req {
+			if n, err := strconv.ParseUint(strings.TrimPrefix(fields[arg], "0x"), 16, 64); err == nil && uintptr(n) == value {
 				return nil
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("process %d was not in ioctl %#x within %s", pid, req, timeout)
+	return fmt.Errorf("process %d was not in syscall %d with argument %d = %#x within %s", pid, nr, arg, value, timeout)
 }
 
 // TestGrowRereadsBeforeResize: the resize calls take an absolute block

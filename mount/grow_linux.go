@@ -22,12 +22,17 @@ func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 	if err := kubelet.ValidName(name); err != nil {
 		return GrowResult{}, fmt.Errorf("grow %q: %w", label, err)
 	}
-	return isolation.Call(g.NS, func() (GrowResult, error) {
-		return g.growInNamespace(t, targetDir, label, opts)
+	return isolation.CallLive(g.NS, func(live *isolation.Live) (GrowResult, error) {
+		return g.growInNamespace(live, t, targetDir, label, opts)
 	})
 }
 
-func (g *Grower) growInNamespace(t *Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
+// growInNamespace is one growth, in g.NS. live says whether its caller still
+// waits: a growth given up on (past g.NS's deadline, blocked by a frozen
+// filesystem) must not grow anything later from what it measured before,
+// past checks its caller made since, so live is checked right before each
+// change, after the last wait that a freeze can make long.
+func (g *Grower) growInNamespace(live *isolation.Live, t *Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
 	var res GrowResult
 	root, err := isolation.OpenRoot(g.KubeletRoot)
 	if err != nil {
@@ -58,7 +63,7 @@ func (g *Grower) growInNamespace(t *Table, targetDir, label string, opts GrowOpt
 	res.FilesystemBefore, res.FilesystemAfter = usage.SizeBytes, usage.SizeBytes
 
 	if growable(info.FSType) && info.Major != 0 {
-		if err := g.growFilesystem(&res, info, st, target, label, opts); err != nil {
+		if err := g.growFilesystem(live, &res, info, st, target, label, opts); err != nil {
 			return res, err
 		}
 		if usage, err = statfsFile(target); err != nil {
@@ -68,7 +73,7 @@ func (g *Grower) growInNamespace(t *Table, targetDir, label string, opts GrowOpt
 	}
 
 	if opts.ExpandDiskImage {
-		after, err := growImage(target, st, usage, opts)
+		after, err := growImage(live, target, st, usage, opts)
 		if err != nil {
 			return res, fmt.Errorf("grow %q: %w", label, err)
 		}
@@ -126,7 +131,7 @@ func isExt(fstype string) bool { return strings.HasPrefix(fstype, "ext") }
 // growFilesystem measures the device and the filesystem and, when the device
 // has grown and opts allow, grows the filesystem. It fills res. st is the
 // checked stat of target, the launcher's bind.
-func (g *Grower) growFilesystem(res *GrowResult, info *Info, st *unix.Stat_t, target *os.File, label string, opts GrowOptions) error {
+func (g *Grower) growFilesystem(live *isolation.Live, res *GrowResult, info *Info, st *unix.Stat_t, target *os.File, label string, opts GrowOptions) error {
 	devFile, devPath, err := g.openDevice(info.Major, info.Minor)
 	if err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
@@ -159,7 +164,10 @@ func (g *Grower) growFilesystem(res *GrowResult, info *Info, st *unix.Stat_t, ta
 	if why := readOnly(info); why != "" {
 		return fmt.Errorf("%s: %w: %s", where, ErrGrowRefused, why)
 	}
-	sent, resizeErr := g.resize(info.FSType, devFile, fsFile, res.DeviceBytes)
+	if err := waitWritable(target, st); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	sent, resizeErr := g.resize(live, info.FSType, devFile, fsFile, res.DeviceBytes)
 	after, err := geometry(info.FSType, devFile, fsFile)
 	if err == nil {
 		res.Grown = sent && after.blocks > before.blocks
@@ -188,8 +196,9 @@ func (g *Grower) growFilesystem(res *GrowResult, info *Info, st *unix.Stat_t, ta
 // sent: another resizer (the kubelet's NodeExpandVolume, an earlier growth)
 // may have grown the filesystem since it was measured, and to an xfs that
 // can shrink (Linux >= 5.12) a smaller count is a shrink request. A
-// filesystem that already holds the blocks needs nothing more.
-func (g *Grower) resize(fstype string, dev, fsFile *os.File, deviceBytes int64) (bool, error) {
+// filesystem that already holds the blocks needs nothing more. Nor does a
+// growth whose caller gave up (live).
+func (g *Grower) resize(live *isolation.Live, fstype string, dev, fsFile *os.File, deviceBytes int64) (bool, error) {
 	if g.beforeResize != nil {
 		g.beforeResize()
 	}
@@ -200,6 +209,9 @@ func (g *Grower) resize(fstype string, dev, fsFile *os.File, deviceBytes int64) 
 	newBlocks := uint64(deviceBytes) / uint64(now.blockSize)
 	if newBlocks <= now.blocks {
 		return false, nil
+	}
+	if err := live.Check(); err != nil {
+		return false, fmt.Errorf("not resized from %d to %d blocks: %w", now.blocks, newBlocks, err)
 	}
 	if isExt(fstype) {
 		if err := g.ioctls().ResizeExt4(fsFile, newBlocks); err != nil {
@@ -254,8 +266,9 @@ func reopen(f *os.File, st *unix.Stat_t, flags int) (*os.File, error) {
 }
 
 // growImage enlarges disk.img to DiskImageSize, sparsely, and never below its
-// current size. It returns the size the image has afterwards.
-func growImage(target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts GrowOptions) (int64, error) {
+// current size, unless its caller gave up (live). It returns the size the
+// image has afterwards.
+func growImage(live *isolation.Live, target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts GrowOptions) (int64, error) {
 	want, err := DiskImageSize(opts.CapacityBytes, opts.FilesystemOverhead, usage.AvailableBytes, st.Blocks*512)
 	if err != nil {
 		return st.Size, fmt.Errorf("disk image size: %w", err)
@@ -268,6 +281,9 @@ func growImage(target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts Gro
 		return st.Size, err
 	}
 	defer f.Close()
+	if err := writable(f); err != nil {
+		return st.Size, err
+	}
 	var now unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &now); err != nil {
 		return st.Size, fmt.Errorf("stat %q: %w", target.Name(), err)
@@ -275,10 +291,37 @@ func growImage(target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts Gro
 	if want <= now.Size {
 		return now.Size, nil
 	}
+	if err := live.Check(); err != nil {
+		return now.Size, fmt.Errorf("%q not grown from %d to %d bytes: %w", target.Name(), now.Size, want, err)
+	}
 	if err := unix.Ftruncate(int(f.Fd()), want); err != nil {
 		return now.Size, fmt.Errorf("grow %q from %d to %d bytes: %w", target.Name(), now.Size, want, err)
 	}
 	return want, nil
+}
+
+// waitWritable waits, on a descriptor of target opened for writing, until
+// its filesystem takes writes (see writable).
+func waitWritable(target *os.File, st *unix.Stat_t) error {
+	w, err := reopen(target, st, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	return writable(w)
+}
+
+// writable returns once the filesystem holding f, open for writing, takes
+// writes. A write of no bytes waits, as every write does, while the
+// filesystem is frozen (fsfreeze, a Longhorn snapshot), and changes nothing,
+// not even a timestamp. A resize or truncate made right after it is not
+// held by a freeze, so a growth abandoned while frozen finds out it was,
+// by its check after this wait, before it changes anything.
+func writable(f *os.File) error {
+	if _, err := unix.Write(int(f.Fd()), nil); err != nil {
+		return fmt.Errorf("wait for the filesystem of %q to take writes: %w", f.Name(), err)
+	}
+	return nil
 }
 
 // sweep unmounts what an older version left under PrivateDir: a growth
