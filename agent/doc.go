@@ -20,6 +20,11 @@
 // to volume states, Events, metrics and status updates) and report
 // (report.go: sending them).
 //
+// Its informers wait out an unreachable API server through one gate
+// (gate.go) instead of client-go's backoff, and are released over a
+// spread that grows with the outage, so that the nodes of a cluster do
+// not all list at once when the server comes back.
+//
 // Rules it enforces:
 //   - a volume is attached only from an attachment pod that is verified to
 //     belong to this VMI's launcher on this node; any mismatch is refused

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/hpmount/hpmount/kubevirt"
@@ -19,11 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/watchlist"
 )
 
 const (
@@ -328,180 +324,4 @@ func (a *Agent) enqueueAll() {
 		a.queue.Add(k)
 	}
 	a.queue.Add(orphanSweepKey)
-}
-
-// Why informers wait for the API server through a gate (issue #10).
-//
-// client-go's reflector sleeps between failed lists and watches on a
-// backoff of its own: 800 ms doubling per failure up to 30 s, each sleep
-// jittered to up to twice that, reset only every 2 minutes, and not
-// settable through an informer (kubernetes/kubernetes#136943). While the
-// server is down every watch fails with connection refused, so within a
-// minute each informer sleeps 30-60 s between attempts, and a server that
-// comes back meanwhile is noticed only when the sleep ends. That first
-// watch then finds its resource version compacted away (410: etcd moved
-// on while the server was down), which ends ListAndWatch and costs one
-// more sleep of the same length before the relist. Measured with
-// client-go's own log on a 60 s outage (TestAPIOutage): the VMI watch
-// retried 4, 8, 21 and 46 s into the outage, next 26 s after the server
-// was back, got the 410, and had not relisted 60 s after the server was
-// back; the pods informer relisted after 55 s.
-//
-// patientLW keeps connection failures from the reflector: the failed call
-// waits on apiGate, which probes /readyz about once a second for every
-// informer together, and is retried as soon as the server answers. The
-// reflector's backoff stays at its first steps, so the 410 costs 0.8-1.6
-// s: the same test relists VMIs 1 s after the server is ready, and mounts
-// a hotplug written then 1.1 s after it was written.
-
-// apiProbeInterval is the pause between probes of an unreachable server:
-// short enough that a hotplug after an outage waits at most a few
-// seconds, one cheap request per second per node while the server is down.
-const apiProbeInterval = time.Second
-
-// patientLW is a ListerWatcher whose list and watch calls, when the API
-// server cannot be reached, wait for the gate and try again, instead of
-// returning an error the reflector would back off on. Any other error, and
-// the end of ctx, go to the reflector as they are.
-type patientLW struct {
-	cache.ListerWatcher
-	gate *apiGate
-}
-
-func (l *patientLW) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-	for {
-		obj, err := cache.ToListerWatcherWithContext(l.ListerWatcher).ListWithContext(ctx, o)
-		if !l.retry(ctx, err) {
-			return obj, err
-		}
-	}
-}
-
-func (l *patientLW) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	for {
-		w, err := cache.ToListerWatcherWithContext(l.ListerWatcher).WatchWithContext(ctx, o)
-		if !l.retry(ctx, err) {
-			return w, err
-		}
-	}
-}
-
-// IsWatchListSemanticsUnSupported passes on what the wrapped client says,
-// so the reflector streams its lists exactly when client-go's own
-// informers would.
-func (l *patientLW) IsWatchListSemanticsUnSupported() bool {
-	return watchlist.DoesClientNotSupportWatchListSemantics(l.ListerWatcher)
-}
-
-// retry reports whether err means the server could not be reached and,
-// if so, waits until it is ready again.
-func (l *patientLW) retry(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil || !unreachable(err) {
-		return false
-	}
-	return l.gate.wait(ctx, err) == nil
-}
-
-// unreachable reports whether err says the API server could not be
-// reached or is not serving at all, rather than answering this request.
-func unreachable(err error) bool {
-	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) ||
-		utilnet.IsProbableEOF(err) || utilnet.IsTimeout(err) || utilnet.IsHTTP2ConnectionLost(err) ||
-		apierrors.IsServiceUnavailable(err)
-}
-
-// apiGate tells callers when an unreachable API server is ready again.
-// One round of probes runs at a time, whoever waits on it.
-type apiGate struct {
-	// probe is nil once the server answers /readyz with ok.
-	probe func(context.Context) error
-	log   *slog.Logger
-
-	mu    sync.Mutex
-	round *gateRound // the probing under way; nil when none is
-	// warned is when the last round was logged: an outage is logged once
-	// and a server that refuses every few seconds once a minute.
-	warned time.Time
-}
-
-// gateRound is one probing of the server until it is ready.
-type gateRound struct {
-	done   chan struct{}
-	ready  bool // valid once done is closed
-	logged bool
-}
-
-// wait returns nil once the server answered a probe made at least one
-// probe interval after the first waiter of this round failed, or ctx's
-// error. cause is the failure that made the caller wait.
-func (g *apiGate) wait(ctx context.Context, cause error) error {
-	g.mu.Lock()
-	r := g.round
-	if r == nil {
-		r = &gateRound{done: make(chan struct{})}
-		if time.Since(g.warned) > time.Minute {
-			g.warned, r.logged = time.Now(), true
-			g.log.Warn("API server unreachable; informers wait until it is ready, mounts stay as they are",
-				"error", cause.Error())
-		}
-		g.round = r
-		go g.probeUntilReady(ctx, r)
-	}
-	g.mu.Unlock()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-r.done:
-		if !r.ready {
-			return errors.New("stopped waiting for the API server")
-		}
-		return nil
-	}
-}
-
-// probeUntilReady probes the server about once a second until it is ready
-// or ctx ends, then releases the round's waiters.
-func (g *apiGate) probeUntilReady(ctx context.Context, r *gateRound) {
-	began := time.Now()
-	defer func() {
-		g.mu.Lock()
-		g.round = nil
-		g.mu.Unlock()
-		close(r.done)
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait.Jitter(apiProbeInterval, 0.5)):
-		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := g.probe(pctx)
-		cancel()
-		if err == nil {
-			r.ready = true
-			if r.logged {
-				g.log.Info("API server ready again; informers resume", "waited", time.Since(began).Round(time.Millisecond).String())
-			}
-			return
-		}
-	}
-}
-
-// probeAPI is nil when the API server's /readyz answers ok, or when the
-// server answers but will not tell this agent (401, 403): it is up, and
-// waiting for a probe it cannot use would stop the informers for good.
-// A starting server may answer so for a second before its authorizer has
-// synced, opening the gate early; what fails then goes to the reflector
-// while its backoff is still short.
-func (a *Agent) probeAPI(ctx context.Context) error {
-	rc := a.kube.Discovery().RESTClient()
-	if rc == nil { // fake clients in unit tests have none
-		return nil
-	}
-	err := rc.Get().AbsPath("/readyz").Do(ctx).Error()
-	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
-		return nil
-	}
-	return err
 }
