@@ -34,7 +34,7 @@ type Agent struct {
 	recorder    record.EventRecorder
 
 	// gate holds lists and watches back while the API server is
-	// unreachable (informers.go says why).
+	// unreachable (gate.go says why).
 	gate        *apiGate
 	podInformer cache.SharedIndexInformer
 	vmiInformer cache.SharedIndexInformer

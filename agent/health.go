@@ -21,7 +21,7 @@ import (
 // start that cannot sync, and failing readiness would only page for
 // every node at the same time about a problem the control plane's own
 // alerts name, while stalling a DaemonSet rollout that cannot proceed
-// anyway. The agent logs the outage and its end (informers.go).
+// anyway. The agent logs the outage and its end (gate.go).
 func (a *Agent) HealthHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -17,8 +17,12 @@ import (
 const outageLength = 60 * time.Second
 
 // hotplugAfterOutage bounds the time from a hotplug written right after
-// the server is ready again to its mount on the node.
-const hotplugAfterOutage = 5 * time.Second
+// the server is ready again to its mount on the node: 5 s of catching up,
+// plus the spread over which the agent's gate releases its informers after
+// an outage this long (a quarter of it, agent/gate.go), so that a thousand
+// nodes do not relist in the same second. client-go's own backoff would
+// leave them stale for up to a minute more.
+const hotplugAfterOutage = 5*time.Second + outageLength/4
 
 // TestAPIOutage stops kube-apiserver for 60 s (etcd keeps running) under a
 // node with a filesystem and a block volume mounted. During the outage no
