@@ -16,6 +16,8 @@ check nsenter util-linux
 check fsfreeze util-linux
 check blkid util-linux
 check sha256sum coreutils
+check qemu-system-x86_64 qemu-system-x86
+check qemu-img qemu-utils
 # The real node (test/realnode): containerd, runc, the CNI plugins, a
 # static busybox for its images, ip for its bridge.
 check containerd containerd
