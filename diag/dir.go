@@ -74,5 +74,5 @@ func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, tar
 // observedDir is the agent's observation of one directory target.
 func (in *inspector) observedDir(targetDir, name string) (*mount.Observed, error) {
 	all, err := in.attacher.ObserveDirs(in.table, targetDir)
-	return named(all, name), err
+	return named(all, name), lookingAt("list the directory binds in "+in.hostPath(targetDir), err)
 }

@@ -35,6 +35,10 @@
 //     mount of its own; the target <vol>.img is not a regular file (or the
 //     block target not a block device). Hint: fix what the detail names;
 //     hpmount never touches it.
+//   - stuck: a look at the volume got no answer within the call timeout
+//     (see Deadlines) and was abandoned: its storage hangs (a hard-mounted
+//     NFS server gone, a hung FUSE daemon). Hint: check dmesg for hung
+//     tasks and the storage backend.
 //   - dead-source: inspecting the volume failed with an error that means
 //     its filesystem is gone (EIO, ESTALE, ENOTCONN, EHOSTDOWN, ENXIO,
 //     ENODEV: shut down after an error, its device or storage server gone).
@@ -109,6 +113,25 @@
 // <target>` (block: `rm <target>`). Without the right to list VMIs of all
 // namespaces only launchers of the listed VMIs are searched (a warning says
 // so); with VMI names given, only their launchers.
+//
+// # Deadlines
+//
+// Every look at the node has a deadline, Options.CallTimeout (`--call-timeout`,
+// default 5s): each call in the host mount namespace (the namespace's own
+// timeout: the kubelet root, sources, targets, the launcher's view, sizes),
+// each read of /proc (what QEMU holds: its descriptors are followed to
+// their files), sysfs and the device cgroups, and the findmnt run (killed
+// at it). A look past it is abandoned: its volume is judged stuck, the
+// volume's remaining looks are not made, and the next volume is looked at
+// on a fresh thread; a launcher directory whose listing got stuck, or the
+// pods directory, is a warning in the orphan search. A mount table or
+// kubelet root that does not answer means diag cannot run (exit 2). An
+// abandoned call cannot be called back: its thread stays blocked in the
+// kernel until the filesystem answers. diag is a command that exits after
+// printing its report, which ends such a thread in a killable wait (NFS,
+// FUSE); one in an uninterruptible wait holds the process's exit, not the
+// report, until the filesystem answers. Only reads are made, and a frozen
+// filesystem blocks writes only, so a frozen volume is judged as usual.
 //
 // # The storage side
 //

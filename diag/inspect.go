@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -21,6 +22,9 @@ import (
 // inspector looks at the node for one Run. Everything it does is read-only.
 type inspector struct {
 	opts *Options
+	// timeout bounds each look at the node (Options.CallTimeout); ns
+	// carries the same deadline.
+	timeout time.Duration
 	// root is the kubelet root resolved in the host namespace: the
 	// spelling of the host's mountinfo.
 	root     kubelet.Root
@@ -37,7 +41,14 @@ type inspector struct {
 	// view asks a launcher's processes what they see.
 	view propagation.LauncherView
 	// observedDirs caches observeDir.
-	observedDirs map[string][]mount.Observed
+	observedDirs map[string]observation
+}
+
+// observation is one launcher directory's Observe: its binds, or why they
+// are not known (a stuck look is not made again for each volume).
+type observation struct {
+	all []mount.Observed
+	err error
 }
 
 func (in *inspector) hostPath(rel string) string { return in.root.Abs(rel) }
@@ -203,27 +214,47 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 	case want != nil && m != nil && (m.Dev() != want.Dev() || m.Root != wantRoot):
 		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s[%s] (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, wantRoot, want.Dev())
 	default:
+		// Each look is made only while the ones before it answered: a
+		// volume that got stuck costs one deadline, not one per look.
 		in.checkSeen(v, f, string(vc.launcher.UID), targetDir, kubelet.TargetName(v.Volume))
-		in.checkHeld(v, f, string(vc.launcher.UID), file, propagation.Current{File: propagation.Ident{Dev: e.dev, Ino: e.ino}})
-		in.measure(v, f, targetDir)
-		f.notGrown = notGrownWhy(vc.hv.Status, v.Sizes.BlockDevice, f.needsExpand)
+		if f.err == nil {
+			in.checkHeld(v, f, string(vc.launcher.UID), file, propagation.Current{File: propagation.Ident{Dev: e.dev, Ino: e.ino}})
+		}
+		if f.err == nil {
+			in.measure(v, f, targetDir)
+			f.notGrown = notGrownWhy(vc.hv.Status, v.Sizes.BlockDevice, f.needsExpand)
+		}
 	}
+}
+
+// abandoned records err as the volume's finding when it is a look that got
+// stuck, and says so; other errors of the optional looks (the launcher's
+// view, QEMU, sizes, the cgroup) are only named in the detail.
+func abandoned(f *findings, err error) bool {
+	if stuck(err) {
+		f.err = err
+		return true
+	}
+	return false
 }
 
 // checkSeen asks the launcher whether it sees the bind on target (a file
 // or a directory), as the agent does.
 func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir, target string) {
-	var look propagation.Look
-	var why error
-	err := in.ns.Do(func() error {
-		look, why = in.view.Check(in.root.Path, targetDir, launcher, target)
-		return nil
+	type seen struct {
+		look propagation.Look
+		why  error
+	}
+	s, err := isolation.Call(in.ns, func() (seen, error) {
+		look, why := in.view.Check(in.root.Path, targetDir, launcher, target)
+		return seen{look, why}, nil
 	})
 	switch {
+	case abandoned(f, lookingAt("ask the launcher what it sees at "+target, err)):
 	case err != nil:
 		v.Detail = joinDetail(v.Detail, "launcher's view not checked: "+err.Error())
-	case look.Sight == propagation.NotSeen:
-		f.notSeen = why.Error()
+	case s.look.Sight == propagation.NotSeen:
+		f.notSeen = s.why.Error()
 	}
 }
 
@@ -249,6 +280,7 @@ func (in *inspector) publishedImage(v *Volume, f *findings, vc *volumeCtx) (want
 	v.AttachmentPod.Publishes = ptr(true)
 	v.ExpectedSource = in.hostPath(path.Join(rel, "disk.img"))
 	size, err := in.attacher.CheckSource(rel)
+	err = lookingAt("check "+v.ExpectedSource, err)
 	switch r := kubevirt.RefusalOf(err); {
 	case errors.Is(err, fs.ErrNotExist):
 		// Deleted after it was mounted: what is mounted is judged by the caller.
@@ -296,23 +328,27 @@ func named(all []mount.Observed, name string) *mount.Observed {
 // the launcher, and the orphan search, read the same listing.
 func (in *inspector) observeDir(targetDir string) ([]mount.Observed, error) {
 	if got, ok := in.observedDirs[targetDir]; ok {
-		return got, nil
+		return got.all, got.err
 	}
 	all, err := in.attacher.Observe(in.table, targetDir)
-	if err != nil {
+	err = lookingAt("list the binds in "+in.hostPath(targetDir), err)
+	if err != nil && !stuck(err) {
 		return nil, err
 	}
 	if in.observedDirs == nil {
-		in.observedDirs = map[string][]mount.Observed{}
+		in.observedDirs = map[string]observation{}
 	}
-	in.observedDirs[targetDir] = all
-	return all, nil
+	in.observedDirs[targetDir] = observation{all, err}
+	return all, err
 }
 
 // measure fills the sizes of a live filesystem mount through the agent's
 // Grower, read-only.
 func (in *inspector) measure(v *Volume, f *findings, targetDir string) {
 	res, err := in.grower.Measure(in.table, targetDir, v.Volume)
+	if abandoned(f, lookingAt("measure sizes", err)) {
+		return
+	}
 	if err != nil {
 		v.Detail = joinDetail(v.Detail, "measure sizes: "+err.Error())
 		return
@@ -328,6 +364,7 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 	var published *blockdev.Device
 	if vc.hv.AttachPod != nil && vc.pvName != "" {
 		p, err := in.nodes.PublishedDevice(string(vc.hv.AttachPodUID), vc.pvName)
+		err = lookingAt("find the published device of "+vc.pvName, err)
 		switch refusal := kubevirt.RefusalOf(err); {
 		case errors.Is(err, kubelet.ErrNotPublished):
 			v.AttachmentPod.Publishes = ptr(false)
@@ -341,7 +378,10 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 			v.AttachmentPod.Publishes = ptr(true)
 			published = &p.Device
 			dev.Published = majMin(p.Device.Major, p.Device.Minor)
-			v.ExpectedSource = in.publishedBlockPath(string(vc.hv.AttachPodUID), vc.pvName)
+			if v.ExpectedSource, err = in.publishedBlockPath(string(vc.hv.AttachPodUID), vc.pvName); err != nil {
+				f.err = err
+				return
+			}
 		}
 	}
 	e, err := in.statEntry(targetDir, v.Volume)
@@ -361,17 +401,30 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 		return
 	}
 	dev.Node = majMin(e.rdev[0], e.rdev[1])
-	if !deviceExists(in.opts.sysRoot(), e.rdev) {
+	exists, err := bounded(in.timeout, "look up "+dev.Node+" in sysfs", func() (bool, error) {
+		return deviceExists(in.opts.sysRoot(), e.rdev), nil
+	})
+	switch {
+	case err != nil:
+		f.err = err
+		return
+	case !exists:
 		f.stale = fmt.Sprintf("the node points at %s, which no longer exists", dev.Node)
 		return
 	}
-	if size, err := mount.BlockDeviceSize(in.opts.sysRoot(), e.rdev[0], e.rdev[1]); err == nil {
-		v.Sizes.BlockDevice = size
+	size, err := bounded(in.timeout, "read the size of "+dev.Node, func() (int64, error) {
+		return mount.BlockDeviceSize(in.opts.sysRoot(), e.rdev[0], e.rdev[1])
+	})
+	if abandoned(f, err) {
+		return
 	}
+	v.Sizes.BlockDevice = size
 	if published != nil && (published.Major != e.rdev[0] || published.Minor != e.rdev[1]) {
 		f.wrongDevice = fmt.Sprintf("the node is %s but the attachment pod's published device is %s", dev.Node, dev.Published)
 	}
-	in.checkCgroup(v, f, vc, blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]})
+	if in.checkCgroup(v, f, vc, blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]}); f.err != nil {
+		return
+	}
 	now := e.rdev
 	if published != nil {
 		now = [2]uint32{published.Major, published.Minor}
@@ -382,8 +435,20 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 // checkHeld asks the launcher's QEMU what it holds of the target, through
 // the same propagation.LauncherView.Held the agent asks.
 func (in *inspector) checkHeld(v *Volume, f *findings, launcher, name string, cur propagation.Current) {
-	hold, detail, err := in.view.Held(launcher, name, cur)
+	type held struct {
+		hold   propagation.Hold
+		detail string
+	}
+	// /proc/<qemu>/fd's links are followed to their files: on a hung
+	// mount that stat waits like any other.
+	h, err := bounded(in.timeout, "read what QEMU holds", func() (held, error) {
+		hold, detail, err := in.view.Held(launcher, name, cur)
+		return held{hold, detail}, err
+	})
+	hold, detail := h.hold, h.detail
 	switch {
+	case abandoned(f, err):
+		return
 	case err != nil:
 		v.Detail = joinDetail(v.Detail, "what QEMU holds not checked: "+err.Error())
 		return
@@ -406,8 +471,9 @@ func (in *inspector) checkCgroup(v *Volume, f *findings, vc *volumeCtx, d blockd
 		return
 	}
 	compute := blockdev.Container{PodUID: string(vc.launcher.UID), ID: kubevirt.ComputeContainerID(vc.launcher)}
-	ok, err := in.rules.Allowed(compute, d)
+	ok, err := bounded(in.timeout, "read the device cgroup", func() (bool, error) { return in.rules.Allowed(compute, d) })
 	switch {
+	case abandoned(f, err):
 	case errors.Is(err, blockdev.ErrAncestorDenies):
 		v.Device.CgroupAllowed = ptr(false)
 		f.notAllowed = err.Error()
@@ -439,23 +505,19 @@ func unsafeTarget(target, kind, want string) *kubevirt.Refusal {
 }
 
 // publishedBlockPath names the kubelet's volumeDevices entry of pv for pod
-// uid, for display.
-func (in *inspector) publishedBlockPath(uid, pv string) string {
-	var found string
-	_ = in.ns.Do(func() error {
-		found = kubelet.PublishedDevicePath(in.root, uid, pv)
-		return nil
+// uid, for display; the error is only a look that got stuck.
+func (in *inspector) publishedBlockPath(uid, pv string) (string, error) {
+	p, err := isolation.Call(in.ns, func() (string, error) {
+		return kubelet.PublishedDevicePath(in.root, uid, pv), nil
 	})
-	return found
+	return p, lookingAt("name the published device of "+pv, err)
 }
 
 // findPublished finds the directory the kubelet published filesystem
 // volume pv in for pod uid, in the host namespace.
 func (in *inspector) findPublished(uid, pv string) (string, error) {
-	var rel string
-	err := in.ns.Do(func() (err error) {
-		rel, err = kubelet.FindPublished(in.root, uid, pv)
-		return err
+	rel, err := isolation.Call(in.ns, func() (string, error) {
+		return kubelet.FindPublished(in.root, uid, pv)
 	})
-	return rel, err
+	return rel, lookingAt(fmt.Sprintf("find where %s is published for pod %s", pv, uid), err)
 }

@@ -1,6 +1,8 @@
 package diag
 
 import (
+	"time"
+
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -33,6 +35,12 @@ type Options struct {
 	// SysRoot is sysfs; "" means "/sys". DevRoot is the device directory;
 	// "" means "/dev".
 	SysRoot, DevRoot string
+	// CallTimeout bounds each look at the node: a stat, open or readlink
+	// in the host mount namespace, a read of /proc, sysfs or the device
+	// cgroups, the findmnt run. A look past it is abandoned and its volume
+	// judged stuck, and the other volumes are diagnosed. 0 means
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
 }
 
 // DefaultOptions returns the defaults of the command's flags.
@@ -44,6 +52,7 @@ func DefaultOptions() Options {
 		CgroupRoot:  "/sys/fs/cgroup",
 		CgroupMode:  blockdev.CgroupAuto,
 		MountSource: MountSourceAuto,
+		CallTimeout: DefaultCallTimeout,
 	}
 }
 
@@ -58,6 +67,13 @@ func (o *Options) sysRoot() string {
 		return "/sys"
 	}
 	return o.SysRoot
+}
+
+func (o *Options) callTimeout() time.Duration {
+	if o.CallTimeout == 0 {
+		return DefaultCallTimeout
+	}
+	return o.CallTimeout
 }
 
 func (o *Options) devRoot() string {

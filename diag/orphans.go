@@ -2,6 +2,7 @@ package diag
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"path"
 	"strings"
@@ -32,14 +33,20 @@ func wantedVolumes(vmis []*kubevirt.VMI, node string) map[string]map[string]bool
 // findOrphans lists mounts and block nodes in launchers' hotplug-disks that
 // no VMI on this node wants. scope, when not nil, limits the search to those
 // launcher UIDs; without the full VMI list (all nil) only launchers of known
-// VMIs are searched, so a foreign launcher is never called orphaned.
-func (in *inspector) findOrphans(cl *apiView, scope map[string]bool) ([]OrphanEntry, error) {
+// VMIs are searched, so a foreign launcher is never called orphaned. A
+// look that got stuck (the pods directory, or one launcher's directory) is
+// a warning: the search goes on without it.
+func (in *inspector) findOrphans(cl *apiView, scope map[string]bool, warn func(string)) ([]OrphanEntry, error) {
 	vmis := cl.all
 	if vmis == nil {
 		vmis = cl.selected
 	}
 	wanted := wantedVolumes(vmis, in.opts.NodeName)
 	uids, err := in.launcherDirs()
+	if stuck(err) {
+		warn(fmt.Sprintf("orphans not searched: %v", err))
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +60,10 @@ func (in *inspector) findOrphans(cl *apiView, scope map[string]bool) ([]OrphanEn
 			continue
 		}
 		found, err := in.orphansIn(uid, want)
+		if stuck(err) {
+			warn(fmt.Sprintf("orphans not searched in launcher pod %s: %v", uid, err))
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

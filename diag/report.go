@@ -22,6 +22,7 @@ type Verdict string
 // explains each one and its hint.
 const (
 	Refused           Verdict = "refused"
+	Stuck             Verdict = "stuck"
 	DeadSource        Verdict = "dead-source"
 	Error             Verdict = "error"
 	PropagationBroken Verdict = "propagation-broken"
@@ -38,6 +39,13 @@ const (
 	OK                Verdict = "ok"
 	Orphan            Verdict = "orphan"
 )
+
+// Verdicts is every verdict, in the order above: the vocabulary that
+// doc.go and the README's verdict table explain, held to it by a test.
+var Verdicts = []Verdict{
+	Refused, Stuck, DeadSource, Error, PropagationBroken, NotMounted, StaleSource, Stacked, NotPropagated,
+	StaleOpen, WrongDevice, NotAllowed, NeedsFSExpand, ExpandPending, NotOpen, OK, Orphan,
+}
 
 // Report is the result of one diagnosis of a node.
 type Report struct {

@@ -23,7 +23,7 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	if err := validate(&opts); err != nil {
 		return nil, err
 	}
-	table, source, err := LoadTable(ctx, opts.MountSource, opts.Host)
+	table, source, err := loadTable(ctx, &opts)
 	if err != nil {
 		return nil, cannotRun("read the mount table", err)
 	}
@@ -32,6 +32,10 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 		return nil, cannotRun("enter the host mount namespace", err)
 	}
 	defer ns.Close()
+	// Every look through ns (the kubelet root, sources, targets, the
+	// launcher's view, sizes) is abandoned past the deadline, on a thread
+	// that is written off while a fresh one serves the next volume.
+	ns.SetTimeout(opts.callTimeout())
 	root, err := kubelet.ResolveRoot(ns, opts.KubeletRoot)
 	if err != nil {
 		return nil, cannotRun("find the kubelet root", err)
@@ -59,7 +63,7 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	if len(opts.VMIs) == 0 {
 		scope = nil
 	}
-	if rep.Orphans, err = in.findOrphans(cl, scope); err != nil {
+	if rep.Orphans, err = in.findOrphans(cl, scope, warn); err != nil {
 		return nil, cannotRun("search orphans", err)
 	}
 	if rep.Orphans == nil {
@@ -80,6 +84,9 @@ func validate(o *Options) error {
 		return cannotRun("options", err)
 	}
 	o.KubeletRoot = filepath.Clean(o.KubeletRoot)
+	if o.CallTimeout < 0 {
+		return cannotRunf("options", "call timeout %s is negative", o.CallTimeout)
+	}
 	if o.CgroupMode == "" {
 		o.CgroupMode = blockdev.CgroupAuto
 	}
@@ -88,12 +95,14 @@ func validate(o *Options) error {
 
 func newInspector(opts *Options, root kubelet.Root, table *mount.Table, ns *isolation.MountNamespace) *inspector {
 	in := &inspector{
-		opts: opts, root: root, table: table, ns: ns,
+		opts: opts, root: root, table: table, ns: ns, timeout: opts.callTimeout(),
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot()},
 		nodes:    &blockdev.Nodes{NS: ns, Root: root},
 		grower:   &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()},
 	}
-	in.rules, in.rulesErr = blockdev.NewDeviceRules(opts.CgroupMode, opts.CgroupRoot)
+	in.rules, in.rulesErr = bounded(in.timeout, "find the device cgroups", func() (blockdev.DeviceRules, error) {
+		return blockdev.NewDeviceRules(opts.CgroupMode, opts.CgroupRoot)
+	})
 	if in.rulesErr == nil && in.rules == nil {
 		in.rulesErr = errors.New("no device cgroup implementation")
 	}
@@ -102,6 +111,26 @@ func newInspector(opts *Options, root kubelet.Root, table *mount.Table, ns *isol
 			CgroupRoot: in.rules.Root(), Pods: &podcgroup.Finder{}}
 	}
 	return in
+}
+
+// loadTable is LoadTable within the call deadline: findmnt is killed at
+// it, and a read that does not come back is abandoned.
+func loadTable(ctx context.Context, opts *Options) (*mount.Table, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, opts.callTimeout())
+	defer cancel()
+	type loaded struct {
+		table  *mount.Table
+		source string
+	}
+	l, err := bounded(opts.callTimeout(), "read the mount table", func() (loaded, error) {
+		t, source, err := LoadTable(ctx, opts.MountSource, opts.Host)
+		if err != nil && ctx.Err() != nil {
+			// findmnt killed at the deadline: say so, not "signal: killed".
+			err = fmt.Errorf("%w after %s: %w", errStuck, opts.callTimeout(), err)
+		}
+		return loaded{t, source}, err
+	})
+	return l.table, l.source, err
 }
 
 func (in *inspector) checkPropagation() PropagationCheck {

@@ -13,7 +13,7 @@ import (
 // first that applies, in the order of the fields, wins.
 type findings struct {
 	refused     *kubevirt.Refusal // why the agent refuses the volume
-	err         error             // the volume could not be inspected
+	err         error             // the volume could not be inspected, or a look at it got stuck
 	propagation error             // propagation.CheckShared failed for the pods dir
 	notMounted  string            // why nothing is at the target
 	stale       string            // why the mount or node's source is gone or another
@@ -37,6 +37,8 @@ func judge(v *Volume, f *findings) {
 	case f.refused != nil:
 		verdict, detail = Refused, f.refused.Message
 		v.RefusalReason = f.refused.Reason
+	case f.err != nil && stuck(f.err):
+		verdict, detail = Stuck, f.err.Error()
 	case f.err != nil && mount.DeadSource(f.err):
 		verdict, detail = DeadSource, f.err.Error()
 	case f.err != nil:
@@ -77,6 +79,8 @@ func hintFor(verdict Verdict, f *findings) string {
 	switch verdict {
 	case Refused:
 		return "hpmount refuses this volume and never touches it: fix what the detail names (a disk.img that is not a plain file, an unsafe volume name, pods that do not belong to the VMI)"
+	case Stuck:
+		return "a look at the volume (a stat, an open, a read of what QEMU holds) got no answer within --call-timeout and was abandoned: its storage hangs (a hard-mounted NFS server gone, a hung FUSE daemon, a lost iSCSI path): check `dmesg` for hung tasks and the storage backend; the agent's calls on it are abandoned too (HotplugStuck Events). The other volumes were diagnosed; the abandoned thread ends when the storage answers or diag exits"
 	case DeadSource:
 		return "the volume's filesystem answers only I/O errors (shut down after an error, or its device or storage server is gone): check the kernel log (dmesg) and the storage backend; no remount can repair it, so unplug the volume (its target detaches) or restart the VM once the storage is back"
 	case Error:
