@@ -35,6 +35,8 @@ type options struct {
 	stormVMIs   int
 	bigVMIs     int
 	scrapeEvery time.Duration
+	settle      time.Duration
+	goBench     bool
 	agentArgs   []string
 	cpuProfile  string
 	heapProfile string
@@ -56,7 +58,9 @@ func parseFlags() options {
 	flag.IntVar(&o.stormRate, "storm-rate", 200, "changes per second in the storm")
 	flag.IntVar(&o.stormVMIs, "storm-vmis", 50, "VMIs the storm changes")
 	flag.IntVar(&o.bigVMIs, "big-vmis", 500, "VMIs for the memory measurement (0: skip)")
-	flag.DurationVar(&o.scrapeEvery, "scrape-every", 15*time.Second, "metrics scrape interval during the memory measurement")
+	flag.DurationVar(&o.scrapeEvery, "scrape-every", 15*time.Second, "metrics scrape interval while the node settles before memory is read")
+	flag.BoolVar(&o.goBench, "go-bench", true, "also run the Go benchmarks and add their section")
+	flag.DurationVar(&o.settle, "settle", time.Minute, "time with nothing changing before the settled RSS is read")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "save the agent's CPU profile of the idle window here (runs the agent with --profiling)")
 	flag.StringVar(&o.steps, "steps", "fresh,cold,loaded,big", "measurements to run, in this order")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the agent's heap profile after the idle window here (runs the agent with --profiling)")

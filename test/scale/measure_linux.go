@@ -186,14 +186,20 @@ func (e *env) measureLoadedNode() error {
 	if _, err := e.waitMounted(a, e.total()); err != nil {
 		return err
 	}
-	// The idle window comes last: by then a resync wave has run, as on a
-	// node whose agent has been up for a while.
+	// The idle window comes late: by then a resync wave has run, as on a
+	// node whose agent has been up for a while. Memory is read last, once
+	// everything the agent did on this node counts in its high-water mark.
 	for _, step := range []func(*agent) error{e.measureAttaches, e.measureDiag, e.measureStorm, e.awaitWave, e.measureIdle} {
 		if err := step(a); err != nil {
 			return err
 		}
 	}
-	return nil
+	return e.measureMemory(a, e.nodeSize(), 0)
+}
+
+// nodeSize names the node as the memory rows do.
+func (e *env) nodeSize() string {
+	return fmt.Sprintf("%d VMIs (%d volumes)", len(e.vms), e.total())
 }
 
 // measureAttaches hotplugs one more volume into a VMI of the loaded node,
@@ -314,17 +320,18 @@ func (e *env) measureIdle(a *agent) error {
 	rec := m1.hist("hpmount_reconcile_duration_seconds").minus(m0.hist("hpmount_reconcile_duration_seconds"))
 	scan := m1.hist("hpmount_mountinfo_scan_duration_seconds").minus(m0.hist("hpmount_mountinfo_scan_duration_seconds"))
 	e.report.add(row{what: fmt.Sprintf("CPU with nothing changing (resync every %s)", e.opts.idle), unit: "s per 60 s", runs: []float64{cpu}, target: 0.5})
+	// The row's column judges the p50 target; the p99 one is judged here,
+	// from the same measured value, not stated beside it.
+	p99 := row{runs: []float64{rec.quantile(0.99) * 1000}, target: 20}
 	e.report.add(row{what: "no-op reconcile of one VMI (resync wave)", unit: "ms", runs: []float64{rec.quantile(0.5) * 1000, rec.quantile(0.99) * 1000},
-		target: 2, targetOn: "p50", note: fmt.Sprintf("%d reconciles; p50 and p99 interpolated in the histogram buckets; mean %.3f ms; p99 target 20 ms", rec.count, rec.mean()*1000), quantiles: true})
+		target: 2, targetOn: "p50", note: fmt.Sprintf("%d reconciles; p50 and p99 interpolated in the histogram buckets; mean %.3f ms; p99 ≤ 20 ms: %s",
+			rec.count, rec.mean()*1000, p99.met()), quantiles: true})
 	e.report.add(row{what: "mountinfo read and parse in the agent", unit: "ms", runs: []float64{scan.mean() * 1000}, target: 60,
 		note: fmt.Sprintf("%d reads in the idle window for %d VMIs (once per batch, not per VMI)", scan.count, len(e.vms))})
-	e.report.add(row{what: fmt.Sprintf("agent RSS with %d VMIs (high-water mark %s)", len(e.vms), mib(after.Peak)), unit: "MiB", runs: []float64{float64(after.RSS) / (1 << 20)}})
-	fmt.Printf("   idle: %.2f s CPU per 60 s, %d reconciles (mean %.2f ms), %d mountinfo reads (mean %.1f ms), RSS %s\n",
-		cpu, rec.count, rec.mean()*1000, scan.count, scan.mean()*1000, mib(after.RSS))
+	fmt.Printf("   idle: %.2f s CPU per 60 s, %d reconciles (mean %.2f ms), %d mountinfo reads (mean %.1f ms)\n",
+		cpu, rec.count, rec.mean()*1000, scan.count, scan.mean()*1000)
 	return nil
 }
-
-func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 // measureDiag runs `hpmount diag --all -o json` on the loaded node.
 func (e *env) measureDiag(*agent) error {
@@ -486,8 +493,9 @@ func (e *env) watchQueue(a *agent, d time.Duration) <-chan int {
 	return out
 }
 
-// measureBig grows the node to the memory measurement's VMI count and
-// watches the agent's memory while it is scraped as Prometheus would.
+// measureBig grows the node to the memory measurement's VMI count, starts
+// an agent that attaches the new VMIs' volumes, and reads its memory as
+// the loaded node's is read (measureMemory).
 func (e *env) measureBig() error {
 	if e.opts.bigVMIs <= len(e.vms) {
 		return nil
@@ -507,32 +515,14 @@ func (e *env) measureBig() error {
 	if _, err := e.waitMounted(a, e.total()); err != nil {
 		return err
 	}
-	var rss, heap float64
-	for range 4 {
-		time.Sleep(e.opts.scrapeEvery)
-		m, err := a.scrape()
-		if err != nil {
-			return err
-		}
-		p, _ := harness.ReadProcStat(a.cmd.Process.Pid)
-		rss = max(rss, float64(p.RSS)/(1<<20))
-		heap = max(heap, m.sum("go_memstats_heap_inuse_bytes", nil)/(1<<20))
+	if err := e.measureMemory(a, e.nodeSize(), 64); err != nil {
+		return err
 	}
 	if e.opts.heapProfile != "" {
-		if err := a.heapProfile(e.opts.heapProfile + ".big"); err != nil {
-			return err
-		}
+		return a.heapProfile(e.opts.heapProfile + ".big")
 	}
-	e.report.add(row{what: fmt.Sprintf("RSS with %d VMIs (%d volumes), scraped every %s", len(e.vms), e.total(), e.opts.scrapeEvery),
-		unit: "MiB", runs: []float64{rss}, target: 64, note: fmt.Sprintf("Go heap in use at most %.0f MiB. %s", heap, rssWhy)})
 	return nil
 }
-
-// rssWhy says why the RSS target is out of reach today.
-const rssWhy = "Missed: the process floor (Go runtime, client-go, the binary's pages) is about 38 MiB at 20 VMIs; " +
-	"attaching 1000 new volumes reads a ~15k-entry mount table (about 5 MB with its indexes) for each launcher it changes, " +
-	"so the heap peaks near 110 MiB and the runtime gives the pages back slowly (measured alone, the 500-VMI node settles at 86-97 MiB). " +
-	"Reading single mounts with statmount() instead of the whole table after a change is the next step."
 
 // growBacking adds filesystems when the big node needs more.
 func (e *env) growBacking(fsVols, _ int) error {

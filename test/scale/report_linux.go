@@ -85,6 +85,10 @@ type report struct {
 	started time.Time
 	setup   string
 	rows    []row
+	// prose explains rows in paragraphs below the table, once per key, in
+	// the order first given; it holds no figure of its own.
+	prose []string
+	said  map[string]bool
 }
 
 func newReport(o options) *report { return &report{opts: o, started: time.Now()} }
@@ -92,6 +96,17 @@ func newReport(o options) *report { return &report{opts: o, started: time.Now()}
 func (r *report) add(x row) {
 	r.rows = append(r.rows, x)
 	fmt.Printf("   %s: median %s %s, p99 %s %s %s\n", x.what, num(x.median()), x.unit, num(x.p99()), x.unit, x.met())
+}
+
+// explain adds a paragraph below the table, once per key.
+func (r *report) explain(key, text string) {
+	if r.said == nil {
+		r.said = map[string]bool{}
+	}
+	if !r.said[key] {
+		r.said[key] = true
+		r.prose = append(r.prose, text)
+	}
 }
 
 func (r *report) write(path string) error {
@@ -110,11 +125,16 @@ func (r *report) write(path string) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s %s | %s %s | %s | %s | %s | %s |\n", x.what, num(x.median()), x.unit, num(x.p99()), x.unit, n, x.targetText(), x.met(), x.note)
 	}
-	benches, err := goBenchmarks()
-	if err != nil {
-		fmt.Fprintf(&b, "\nGo benchmarks could not run: %v\n", err)
-	} else {
-		b.WriteString(benches)
+	for _, p := range r.prose {
+		fmt.Fprintf(&b, "\n%s\n", p)
+	}
+	if r.opts.goBench {
+		benches, err := goBenchmarks()
+		if err != nil {
+			fmt.Fprintf(&b, "\nGo benchmarks could not run: %v\n", err)
+		} else {
+			b.WriteString(benches)
+		}
 	}
 	fmt.Print("\n" + b.String())
 	if path == "" {
