@@ -66,6 +66,12 @@ type ObservedVolume struct {
 	// acts. StaleWhy says what QEMU holds, for a person.
 	StaleOpen bool
 	StaleWhy  string
+	// Unchecked is why a check of this entry did not finish (it wraps
+	// ErrStuck: asking whether the launcher sees it, or what QEMU holds,
+	// hung on its storage). NotPropagated and StaleOpen are then unknown,
+	// not false. Only this entry is affected: the launcher's other entries
+	// are observed as usual.
+	Unchecked error
 	// Block mode: the device number the node points at.
 	DeviceMajor, DeviceMinor uint32
 }

@@ -238,7 +238,7 @@ func inspectTarget(t *Table, dir *os.File, dirID uint64, file string) (target, e
 	}
 	defer f.Close()
 	tg.exists = true
-	if err := unix.Fstat(int(f.Fd()), &tg.st); err != nil {
+	if tg.st, err = lookAt(f); err != nil {
 		if deadSource(err) {
 			// Only a mount's filesystem can go dead under a file the
 			// agent made in the launcher's directory.
@@ -264,6 +264,35 @@ func inspectTarget(t *Table, dir *os.File, dirID uint64, file string) (target, e
 	tg.top, tg.depth = stackOn(t, tg.id, dirID)
 	return tg, nil
 }
+
+// lookAt is what Observe, Attach and Detach need to know of a target: its
+// type, links, device, inode and owner (the other fields of the Stat_t
+// stay zero). It asks with statx for those fields only and
+// AT_STATX_DONT_SYNC: a full fstat asks a network filesystem's server (a
+// hard-mounted NFS export) or a FUSE daemon for fresh attributes, and one
+// that does not answer would hold every other volume of the launcher,
+// which is observed in the same call. Attributes the kernel has cached are
+// enough for these fields; a filesystem shut down after an error still
+// answers EIO.
+func lookAt(f *os.File) (unix.Stat_t, error) {
+	var stx unix.Statx_t
+	err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC,
+		unix.STATX_TYPE|unix.STATX_NLINK|unix.STATX_INO|unix.STATX_UID|unix.STATX_GID, &stx)
+	if err != nil {
+		return unix.Stat_t{}, err
+	}
+	var st unix.Stat_t
+	st.Dev = as(st.Dev, unix.Mkdev(stx.Dev_major, stx.Dev_minor))
+	st.Ino = as(st.Ino, stx.Ino)
+	st.Nlink = as(st.Nlink, uint64(stx.Nlink))
+	st.Mode = as(st.Mode, uint64(stx.Mode))
+	st.Uid, st.Gid = stx.Uid, stx.Gid
+	return st, nil
+}
+
+// as converts v to the type of field, whose width differs between
+// architectures' Stat_t.
+func as[T ~uint16 | ~uint32 | ~uint64 | ~int32 | ~int64](field T, v uint64) T { return T(v) }
 
 // stackOn follows parents from mount id down to the mount of the directory
 // (dirID) and counts the mounts on the way: one for a plain bind, more for a

@@ -102,7 +102,7 @@ func inspectDirTarget(t *Table, dir *os.File, dirID uint64, file string) (target
 	}
 	defer f.Close()
 	tg.exists = true
-	if err := unix.Fstat(int(f.Fd()), &tg.st); err != nil {
+	if tg.st, err = lookAt(f); err != nil {
 		if !deadSource(err) {
 			return tg, fmt.Errorf("stat target %q: %w", where, err)
 		}

@@ -95,7 +95,7 @@ func TestAbandonedAttachBindsNothing(t *testing.T) {
 // from its written-off thread).
 func TestAbandonedCheckWritesNoMemo(t *testing.T) {
 	n := newLinkedRoot(t)
-	l, procs, e := n.fifoLauncherView(t)
+	l, procs, e := n.ownLauncherView(t)
 	ctx := context.Background()
 	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
 		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
@@ -111,7 +111,9 @@ func TestAbandonedCheckWritesNoMemo(t *testing.T) {
 	e.forgetLauncher(launcherUID)
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
-	_, _ = e.Observe(ctx, snap, launcherUID) // its check is given up; what Observe reports is TestObserveIsolatesAHungVolume's
+	if o, err := e.Observe(ctx, snap, launcherUID); err != nil || len(o) != 1 || !errors.Is(o[0].Unchecked, agent.ErrStuck) {
+		t.Fatalf("observe while the check hangs = %+v, %v; want the entry unchecked", o, err)
+	}
 	e.forgetLauncher(launcherUID)
 	before := memos(e)
 	w, err := os.OpenFile(procs, os.O_WRONLY, 0) // the abandoned check is the reader
@@ -125,10 +127,10 @@ func TestAbandonedCheckWritesNoMemo(t *testing.T) {
 	}
 }
 
-// fifoLauncherView is launcherView with a cgroup tree of the test's own, so
-// that the test can turn the pod's cgroup.procs into a FIFO; it returns
+// ownLauncherView is launcherView with a cgroup tree of the test's own, so
+// that a test can turn the pod's cgroup.procs into a FIFO; it returns
 // the launcher, that file and an engine with a short call deadline.
-func (n *linkedRoot) fifoLauncherView(t *testing.T) (*testutil.Launcher, string, *Engine) {
+func (n *linkedRoot) ownLauncherView(t *testing.T) (*testutil.Launcher, string, *Engine) {
 	t.Helper()
 	hotplug := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))
 	testutil.MakeShared(t, filepath.Dir(n.real))
@@ -253,5 +255,69 @@ func waitStuckPast(t *testing.T, ns *isolation.MountNamespace, limit time.Durati
 			t.Fatalf("no call stuck past %s in state %c after 10 s: %+v", limit, state, calls)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestObserveIsolatesAHungVolume (#19, defect 4): one volume's storage
+// stops answering (a FUSE daemon that answers nothing, as a hard-mounted
+// NFS server that is gone). Observing the launcher lists every entry
+// without asking the hung filesystem (statx of cached attributes only),
+// marks the hung volume's entry unchecked on its own when the launcher
+// check of it gets stuck, and checks the other volume as usual; that
+// volume still detaches and attaches. The observe of old asked the server
+// for fresh attributes of every target and failed the whole launcher.
+func TestObserveIsolatesAHungVolume(t *testing.T) {
+	n := newLinkedRoot(t)
+	_, _, e := n.ownLauncherView(t)
+	hungDir := filepath.Join(n.real, kubelet.VolumesDir(string(attachUID)), "kubernetes.io~csi", "pv-hung", "mount")
+	fs := mountHangingFS(t, hungDir)
+	ctx := context.Background()
+	healthy := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	hung := agent.DesiredVolume{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}}
+	attach := func(v agent.DesiredVolume) {
+		t.Helper()
+		snap, err := e.Snapshot(ctx)
+		must(t, err)
+		if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+			t.Fatalf("attach %s = %s, %v; want mounted", v.Name, r, err)
+		}
+	}
+	attach(healthy)
+	attach(hung)
+	fs.hang()
+
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	obs, err := e.Observe(ctx, snap, launcherUID)
+	if err != nil || len(obs) != 2 {
+		t.Fatalf("observe with one volume hung = %+v, %v; want both entries", obs, err)
+	}
+	for _, o := range obs {
+		switch o.Name {
+		case "fs":
+			if o.Unchecked != nil || !o.Healthy(kubevirt.Filesystem) || o.NotPropagated {
+				t.Errorf("the healthy volume beside the hung one: %+v", o)
+			}
+		case "hung":
+			if !errors.Is(o.Unchecked, agent.ErrStuck) || !o.Mounted {
+				t.Errorf("the hung volume: %+v, want mounted and unchecked (stuck)", o)
+			}
+		}
+	}
+	if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: "fs", Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
+		t.Fatalf("detach of the healthy volume meanwhile = %s, %v", r, err)
+	}
+	attach(healthy)
+
+	fs.abort()
+	waitUnstuck(t, e.ns)
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	for _, name := range []string{"fs", "hung"} {
+		if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: name, Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
+			t.Fatalf("detach %s = %s, %v", name, r, err)
+		}
 	}
 }

@@ -31,9 +31,10 @@ func (e *Engine) observeDirs(t *mount.Table, launcher types.UID) ([]agent.Observ
 		if o.Healthy(kubevirt.Directory) {
 			err := e.confirmSeenAt(launcher, d.Name, kubelet.DirTargetName(d.Name), fileEntry(d))
 			if errors.Is(err, agent.ErrStuck) {
-				return nil, err
+				o.Unchecked = err // this entry only: the others are checked as usual
+			} else {
+				o.NotPropagated = err != nil
 			}
-			o.NotPropagated = err != nil
 		}
 		out = append(out, o)
 	}

@@ -209,7 +209,11 @@ func refusal(err error) error {
 }
 
 // Observe lists the launcher's file binds, directory binds and block nodes,
-// and whether QEMU holds a stale one (held.go says when it is asked).
+// and whether QEMU holds a stale one (held.go says when it is asked). A
+// check of one entry that gets stuck on its storage marks that entry
+// (ObservedVolume.Unchecked) and the others are checked as usual: one hung
+// volume must not hide the VMI's others. The listing itself asks nothing
+// of the volumes' filesystems that could hang (mount's lookAt).
 func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
 	t, err := table(s)
 	if err != nil {
@@ -218,33 +222,25 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 	dir := hotplugDisks(launcher)
 	files, err := e.attacher.Observe(t, dir)
 	if err != nil {
-		return nil, err
+		return nil, stuck(err)
 	}
 	var out []agent.ObservedVolume
 	for _, f := range files {
 		o := agent.ObservedVolume{Name: f.Name, Mode: kubevirt.Filesystem, Mounted: f.Mounted, Stacked: f.Depth,
 			SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}
 		if o.Healthy(kubevirt.Filesystem) {
-			err := e.confirmSeen(launcher, f.Name, fileEntry(f))
-			if errors.Is(err, agent.ErrStuck) {
-				return nil, err
-			}
-			o.NotPropagated = err != nil
-			if o.StaleWhy, err = e.fileStaleOpen(launcher, f); err != nil {
-				return nil, err
-			}
-			o.StaleOpen = o.StaleWhy != ""
+			e.checkFile(launcher, f, &o)
 		}
 		out = append(out, o)
 	}
 	dirs, err := e.observeDirs(t, launcher)
 	if err != nil {
-		return nil, err
+		return nil, stuck(err)
 	}
 	out = append(out, dirs...)
 	nodes, err := e.blockNodes(t, launcher)
 	if err != nil {
-		return nil, err
+		return nil, stuck(err)
 	}
 	for _, n := range nodes {
 		if n.Covered {
@@ -252,17 +248,29 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 			out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, Mounted: true})
 			continue
 		}
-		why, err := e.staleOpen(launcher, n.Name, n.Name, entryKey{device: n.Device})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor,
-			StaleOpen: why != "", StaleWhy: why})
+		o := agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor}
+		o.StaleWhy, o.Unchecked = e.staleOpen(launcher, n.Name, n.Name, entryKey{device: n.Device})
+		o.StaleOpen = o.StaleWhy != ""
+		out = append(out, o)
 	}
 	if len(out) == 0 {
 		e.forgetLauncher(launcher)
 	}
 	return out, nil
+}
+
+// checkFile asks whether the launcher sees a healthy file bind and whether
+// QEMU holds a stale one; a check stuck past its deadline marks o
+// Unchecked and the next check is not asked.
+func (e *Engine) checkFile(launcher types.UID, f mount.Observed, o *agent.ObservedVolume) {
+	err := e.confirmSeen(launcher, f.Name, fileEntry(f))
+	if errors.Is(err, agent.ErrStuck) {
+		o.Unchecked = err
+		return
+	}
+	o.NotPropagated = err != nil
+	o.StaleWhy, o.Unchecked = e.fileStaleOpen(launcher, f)
+	o.StaleOpen = o.StaleWhy != ""
 }
 
 // Attach bind-mounts a filesystem volume's disk.img (creating it first if
