@@ -25,6 +25,9 @@ type Options struct {
 	// UID and GID, when not 0, are the credentials QEMU runs with (107
 	// for KubeVirt's), with no supplementary groups.
 	UID, GID int
+	// MemoryMiB is the guest's RAM (-m); 0 leaves QEMU's default, 128.
+	// Only a memory dump reads it.
+	MemoryMiB int
 	// Cgroups are cgroup directories (v1 hierarchies' and the v2 one's)
 	// that QEMU joins before it starts, as a process of a container does.
 	Cgroups []string
@@ -208,6 +211,13 @@ func (q *QEMU) ReadPattern(ctx context.Context, id string, pattern byte, off, n 
 		err = fmt.Errorf("qemu-io read on %s: %q", id, out)
 	}
 	return err
+}
+
+// DumpGuestMemory writes the guest's memory as an ELF core to path,
+// opened by QEMU itself (protocol "file:"), as a KubeVirt memory dump does
+// into a memory-dump volume; it returns when the dump is complete.
+func (q *QEMU) DumpGuestMemory(ctx context.Context, path string) error {
+	return q.Execute(ctx, "dump-guest-memory", map[string]any{"paging": false, "protocol": "file:" + path}, nil)
 }
 
 // Done is closed when the process has exited.

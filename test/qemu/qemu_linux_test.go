@@ -97,6 +97,26 @@ func TestDiskLifecycle(t *testing.T) {
 	}
 }
 
+// TestDumpGuestMemory: QEMU writes an ELF core of the guest's RAM into a
+// file it opens itself, complete when the command returns.
+func TestDumpGuestMemory(t *testing.T) {
+	q, ctx := start(t, Options{MemoryMiB: 16, RootPorts: 1})
+	path := filepath.Join(t.TempDir(), "memory.dump")
+	if err := q.DumpGuestMemory(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < 16<<20 {
+		t.Fatalf("dump %s has %d bytes, want at least the guest's 16 MiB", path, fi.Size())
+	}
+	if magic := readAt(t, path, 0, 4); string(magic) != "\x7fELF" {
+		t.Fatalf("dump starts with %q, want an ELF header", magic)
+	}
+}
+
 // heldBy says whether pid has a descriptor on path.
 func heldBy(t *testing.T, pid int, path string) bool {
 	t.Helper()
