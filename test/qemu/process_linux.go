@@ -121,6 +121,9 @@ func qemuArgs(o Options) []string {
 		// never powered on completes at once (DEVICE_DELETED) instead of
 		// waiting for a guest's _EJ0 that never comes.
 		"-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off"}
+	if o.Incoming {
+		args = append(args, "-incoming", "defer")
+	}
 	if o.MemoryMiB != 0 {
 		args = append(args, "-m", strconv.Itoa(o.MemoryMiB))
 	}

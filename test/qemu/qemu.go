@@ -28,6 +28,10 @@ type Options struct {
 	// MemoryMiB is the guest's RAM (-m); 0 leaves QEMU's default, 128.
 	// Only a memory dump reads it.
 	MemoryMiB int
+	// Incoming starts QEMU as a live migration's target (-incoming
+	// defer): the disks it opens stay inactive, without the write lock,
+	// until the migration hands them over (MigrateIncoming).
+	Incoming bool
 	// Cgroups are cgroup directories (v1 hierarchies' and the v2 one's)
 	// that QEMU joins before it starts, as a process of a container does.
 	Cgroups []string
@@ -218,6 +222,41 @@ func (q *QEMU) ReadPattern(ctx context.Context, id string, pattern byte, off, n 
 // into a memory-dump volume; it returns when the dump is complete.
 func (q *QEMU) DumpGuestMemory(ctx context.Context, path string) error {
 	return q.Execute(ctx, "dump-guest-memory", map[string]any{"paging": false, "protocol": "file:" + path}, nil)
+}
+
+// Migrate live-migrates this QEMU's state to the target listening at uri
+// (see MigrateIncoming) and waits until the migration completed; the
+// source's disks are then inactive and their locks released, its
+// descriptors still open.
+func (q *QEMU) Migrate(ctx context.Context, uri string) error {
+	caps := map[string]any{"capabilities": []any{map[string]any{"capability": "events", "state": true}}}
+	if err := q.Execute(ctx, "migrate-set-capabilities", caps, nil); err != nil {
+		return err
+	}
+	if err := q.Execute(ctx, "migrate", map[string]any{"uri": uri}, nil); err != nil {
+		return err
+	}
+	var status string
+	_, err := q.WaitEvent(ctx, "MIGRATION", func(data json.RawMessage) bool {
+		var d struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(data, &d) != nil {
+			return false
+		}
+		status = d.Status
+		return d.Status == "completed" || d.Status == "failed" || d.Status == "cancelled"
+	})
+	if err == nil && status != "completed" {
+		err = fmt.Errorf("migration to %s: %s", uri, status)
+	}
+	return err
+}
+
+// MigrateIncoming has a QEMU started with Options.Incoming listen for
+// the migration at uri (e.g. "unix:/path").
+func (q *QEMU) MigrateIncoming(ctx context.Context, uri string) error {
+	return q.Execute(ctx, "migrate-incoming", map[string]any{"uri": uri}, nil)
 }
 
 // Done is closed when the process has exited.

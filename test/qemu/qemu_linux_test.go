@@ -117,6 +117,44 @@ func TestDumpGuestMemory(t *testing.T) {
 	}
 }
 
+// TestMigration: a target QEMU opens the same disk while the source runs
+// (inactive, so the source's write lock does not refuse it), and after
+// the migration reads through its own device what the source wrote; the
+// source keeps its descriptor until it stops.
+func TestMigration(t *testing.T) {
+	dir := t.TempDir()
+	img := sparseFile(t, dir, 16<<20)
+	src, ctx := start(t, Options{MemoryMiB: 16, RootPorts: 1})
+	dst, _ := start(t, Options{MemoryMiB: 16, RootPorts: 1, Incoming: true})
+	for _, q := range []*QEMU{src, dst} {
+		if err := q.BlockdevAdd(ctx, "vol", File{Path: img, Direct: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.DeviceAdd(ctx, "disk-vol", "vol", "rp1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.WritePattern(ctx, "disk-vol", 0x3e, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	uri := "unix:" + filepath.Join(dir, "migration.sock")
+	if err := dst.MigrateIncoming(ctx, uri); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Migrate(ctx, uri); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.ReadPattern(ctx, "disk-vol", 0x3e, 0, 1<<20); err != nil {
+		t.Fatalf("the target does not read what the source wrote: %v", err)
+	}
+	if err := dst.WritePattern(ctx, "disk-vol", 0x3f, 1<<20, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if !heldBy(t, src.Pid, img) {
+		t.Fatalf("the source QEMU let go of %s before it stopped", img)
+	}
+}
+
 // heldBy says whether pid has a descriptor on path.
 func heldBy(t *testing.T, pid int, path string) bool {
 	t.Helper()
