@@ -77,6 +77,12 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 		s.Events = append(s.Events, refusalEvent(name, refusal))
 		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateRefused})
 		return
+	case mounted && r == nil && o.Unchecked != nil:
+		// The bind is in place, but whether the launcher sees it or QEMU
+		// holds it stale hung on its storage: neither MountedToPod nor a
+		// remount, and only this volume is held back.
+		s.warn(name, EventHotplugStuck, fmt.Sprintf("Volume %s: checking it on the node did not finish within its deadline and was abandoned; its mount stays, whether the launcher sees it is unknown: %v", name, o.Unchecked))
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateFailed})
 	case mounted && notSeen != "":
 		// QEMU would not find the volume: no MountedToPod, no latency.
 		s.warn(name, EventNotPropagated, fmt.Sprintf("Volume %s is mounted on the node but virt-launcher pod does not see it: %s", name, notSeen))

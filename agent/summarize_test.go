@@ -36,6 +36,8 @@ func TestSummarize(t *testing.T) {
 	it := fs(nil)
 	notSeenFS := healthyFS
 	notSeenFS.NotPropagated = true
+	uncheckedFS := healthyFS
+	uncheckedFS.Unchecked = fmt.Errorf("ask the launcher: %w", ErrStuck)
 	notSeen := did(outcome.Attach, &it, nil, outcome.Mounted, nil)
 	notSeen.NotPropagated = fmt.Errorf("%w: the launcher sees the empty file", ErrNotPropagated)
 	detachGone := applied{Op: op{Kind: outcome.Detach, Name: "gone", Observed: &ObservedVolume{Name: "gone", Mode: kubevirt.Block}}, Result: outcome.Removed}
@@ -55,6 +57,8 @@ func TestSummarize(t *testing.T) {
 			StateNotPropagated, []string{"Warning VolumeNotPropagated"}, "", false, 0, nil},
 		{"observed, the launcher does not see it", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{notSeenFS}},
 			StateNotPropagated, []string{"Warning VolumeNotPropagated"}, "", false, 0, nil},
+		{"observed, its check hung", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{uncheckedFS}},
+			StateFailed, []string{"Warning HotplugStuck"}, "", false, 0, nil},
 		{"healthy, nothing ran", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{healthyFS}},
 			StateMounted, nil, kubevirt.PhaseMountedToPod, false, 0, nil},
 		{"attach fails", summaryInput{Intents: []volumeIntent{it}, Applied: []applied{did(outcome.Attach, &it, nil, outcome.Error, errors.New("EIO"))}},
