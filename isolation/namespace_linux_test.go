@@ -294,14 +294,23 @@ func TestStuckCalls(t *testing.T) {
 	must(t, unix.Pipe2(pipe[:], unix.O_CLOEXEC))
 	defer unix.Close(pipe[0])
 	defer unix.Close(pipe[1])
-	read := make(chan error, 1)
+	read, reading := make(chan error, 1), make(chan struct{})
 	go func() {
 		read <- ns.Do(func() error {
-			_, err := unix.Read(pipe[0], make([]byte, 1))
-			return err
+			close(reading)
+			for {
+				// A signal to the thread (Go preempts with SIGURG) may end
+				// the read early; the call stays stuck until the write.
+				if _, err := unix.Read(pipe[0], make([]byte, 1)); err != unix.EINTR {
+					return err
+				}
+			}
 		})
 	}()
-	d.next(t) <- time.Now()
+	// The deadline passes once the call runs: before, it would never start.
+	first := d.next(t)
+	<-reading
+	first <- time.Now()
 	if err := <-read; !errors.Is(err, ErrStuck) {
 		t.Fatalf("the read = %v, want ErrStuck", err)
 	}
