@@ -161,14 +161,18 @@ func TestQEMUBlockRules(t *testing.T) {
 	})
 }
 
-// startQEMU starts a QEMU as the launcher's: in its mount namespace, as
-// 107:107, in its compute container's device cgroup. It is killed when the
+// startQEMU starts a QEMU as the VM's launcher's. It is killed when the
 // test ends.
-func (v *vm) startQEMU() *qemu.QEMU {
-	v.e.t.Helper()
-	q, err := qemu.Start(v.e.ctx, qemu.Options{MountNamespaceOf: v.L.Pid, UID: 107, GID: 107, Cgroups: []string{v.L.Cgroup}})
-	v.e.must(err)
-	root := v.e.root
+func (v *vm) startQEMU() *qemu.QEMU { return v.e.launcherQEMU(v.L, qemu.Options{}) }
+
+// launcherQEMU starts a QEMU as l's: in its mount namespace, as 107:107,
+// in its compute container's device cgroup, with o's other options.
+func (e *env) launcherQEMU(l *simnode.Launcher, o qemu.Options) *qemu.QEMU {
+	e.t.Helper()
+	o.MountNamespaceOf, o.UID, o.GID, o.Cgroups = l.Pid, 107, 107, []string{l.Cgroup}
+	q, err := qemu.Start(e.ctx, o)
+	e.must(err)
+	root := e.root
 	root.Cleanup(func() {
 		q.Kill()
 		if root.Failed() {
@@ -188,7 +192,13 @@ func disk(vol simnode.Volume) string { return "disk-" + vol.Name }
 // a block device or a preallocated image; a sparse disk.img keeps QEMU's
 // default, threads).
 func (v *vm) qemuFile(vol simnode.Volume) qemu.File {
-	f := qemu.File{Path: v.L.ContainerPath(filepath.Base(v.Target(vol))), Block: vol.Block, Direct: acceptsDirectIO(v.Target(vol))}
+	return launcherFile(v.L, v.Target(vol), vol.Block)
+}
+
+// launcherFile is qemuFile for the entry at target (a host path) in l's
+// hotplug-disks.
+func launcherFile(l *simnode.Launcher, target string, block bool) qemu.File {
+	f := qemu.File{Path: l.ContainerPath(filepath.Base(target)), Block: block, Direct: acceptsDirectIO(target)}
 	if f.Block && f.Direct {
 		f.AIO = "native"
 	}
@@ -208,14 +218,18 @@ func acceptsDirectIO(path string) bool {
 // port.
 func (v *vm) plug(t *testing.T, q *qemu.QEMU, vol simnode.Volume, port string) {
 	t.Helper()
-	f := v.qemuFile(vol)
+	plugFile(t, v.e, q, vol, v.qemuFile(vol), port)
+}
+
+func plugFile(t *testing.T, e *env, q *qemu.QEMU, vol simnode.Volume, f qemu.File, port string) {
+	t.Helper()
 	if !f.Direct {
-		t.Fatalf("%s does not accept O_DIRECT: KubeVirt would use writethrough", v.Target(vol))
+		t.Fatalf("%s does not accept O_DIRECT: KubeVirt would use writethrough", f.Path)
 	}
-	if err := q.BlockdevAdd(v.e.ctx, vol.Name, f); err != nil {
+	if err := q.BlockdevAdd(e.ctx, vol.Name, f); err != nil {
 		t.Fatalf("blockdev-add of %s as uid 107: %v", vol.Name, err)
 	}
-	if err := q.DeviceAdd(v.e.ctx, disk(vol), vol.Name, port); err != nil {
+	if err := q.DeviceAdd(e.ctx, disk(vol), vol.Name, port); err != nil {
 		t.Fatal(err)
 	}
 }
