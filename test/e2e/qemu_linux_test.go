@@ -72,6 +72,17 @@ func TestQEMU(t *testing.T) {
 		v.resizeXFS(t, q, xfs, 480<<20)
 	})
 
+	e.step("4 a disk.img beyond its filesystem's room: QEMU's write gets ENOSPC", func(t *testing.T) {
+		v.fillFilesystem(t, later, func() {
+			err := q.WritePattern(e.ctx, disk(later), 0x99, 8<<20, 1<<20)
+			if err == nil || !strings.Contains(err.Error(), "No space left on device") {
+				t.Fatalf("QEMU's write into disk.img on a full filesystem: %v, want ENOSPC", err)
+			}
+			t.Logf("QEMU on a full filesystem: %v", err)
+		})
+		v.qemuRoundTrip(t, q, later, 0x99, 8<<20)
+	})
+
 	e.step("6 unplug: device_del and blockdev-del, then the agent unmounts", func(t *testing.T) {
 		if err := q.DeviceDel(e.ctx, disk(ext)); err != nil {
 			t.Fatal(err)
@@ -287,6 +298,33 @@ func (v *vm) setDiskImage(t *testing.T, vol simnode.Volume, capacity int64) int6
 		return want
 	}
 	return now
+}
+
+// fillFilesystem takes all but 64 KiB of the room left on vol's
+// filesystem with a file beside disk.img (through a second mount of its
+// device, which shares the launcher's superblock), runs f, and frees it.
+func (v *vm) fillFilesystem(t *testing.T, vol simnode.Volume, f func()) {
+	t.Helper()
+	d := v.Disks[vol.Name]
+	dir := t.TempDir()
+	if err := unix.Mount(d.Device, dir, d.FSType, 0, ""); err != nil {
+		t.Fatalf("mount %s: %v", d.Device, err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filler.Name())
+	defer filler.Close()
+	if err := unix.Fallocate(int(filler.Fd()), 0, 0, int64(sfs.Bavail)*sfs.Bsize-64<<10); err != nil {
+		t.Fatalf("fill %s: %v", vol.Name, err)
+	}
+	f()
 }
 
 // resizeXFS is seed 004 seen from QEMU: the storage grows, the agent grows
