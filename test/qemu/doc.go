@@ -5,7 +5,9 @@
 // file or host_device node, device_add virtio-blk-pci), reads and writes
 // through QEMU's own block layer (HMP qemu-io), resizes (block_resize),
 // asks what QEMU sees (query-block) and unplugs (device_del, waiting for
-// DEVICE_DELETED, then blockdev-del).
+// DEVICE_DELETED, then blockdev-del). It also live-migrates between two
+// QEMUs (the target started with -incoming, its disks inactive until the
+// handoff) and dumps guest memory into a file QEMU opens itself.
 //
 // Start can run QEMU as a launcher's would: in the launcher's mount
 // namespace, as uid/gid 107, inside the compute container's cgroups, so
