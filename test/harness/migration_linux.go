@@ -30,6 +30,10 @@ type Migration struct {
 	State map[string]any
 	// done: the handoff completed and the VM runs on Target.
 	done bool
+	// finalized: the target's virt-handler removed the target label, and
+	// source is what MoveNode handed over from (handoff_linux.go).
+	finalized bool
+	source    *handoffSource
 }
 
 // StartMigration makes the target launcher and its attachment pod on
@@ -154,13 +158,16 @@ func unpublishOn(n *simnode.Node, pod types.UID, vol simnode.Volume) error {
 }
 
 // render writes the migration into the VMI: while it runs both launchers
-// are active; the target label and migrationState stay afterwards, as
-// KubeVirt leaves them.
+// are active; migrationState stays afterwards, as KubeVirt leaves it, and
+// the target label until Finalize removes it.
 func (m *Migration) render(s *simnode.VMISpec) {
 	if m == nil {
 		return
 	}
-	s.MigrationTargetNode, s.MigrationState = m.Target.Name, m.State
+	s.MigrationState = m.State
+	if !m.finalized {
+		s.MigrationTargetNode = m.Target.Name
+	}
 	if !m.done {
 		s.ActivePods = map[types.UID]string{m.VM.Launcher.UID: m.VM.Node.Name, m.Launcher.UID: m.Target.Name}
 	}
