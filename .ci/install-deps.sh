@@ -25,6 +25,9 @@ check ctr containerd
 check runc runc
 check ip iproute2
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+# A C compiler: test/harness TestCheckStatic builds a dynamically linked
+# binary (cgo) to show the real-node harness refuses one.
+check gcc gcc
 # Static: it runs in images that have no libc (Debian's busybox package is
 # dynamic). ldd exits 1 on a static binary, hence the || true.
 busybox_ldd=$( { [ -x /bin/busybox ] && LC_ALL=C ldd /bin/busybox 2>&1; } || true)

@@ -193,7 +193,8 @@ var (
 )
 
 // Binary is the hpmount binary to run: $HPMOUNT_BINARY (what `make test`
-// built), or one built once here.
+// built), or one built once here as make build does, static (CGO_ENABLED=0):
+// the real node's agent image has no libc (CheckStatic).
 func Binary() (string, error) {
 	if b := os.Getenv("HPMOUNT_BINARY"); b != "" {
 		return b, nil
@@ -205,7 +206,9 @@ func Binary() (string, error) {
 			return
 		}
 		built = filepath.Join(dir, "hpmount")
-		out, err := exec.Command("go", "build", "-o", built, "github.com/hpmount/hpmount/cmd/hpmount").CombinedOutput()
+		cmd := exec.Command("go", "build", "-o", built, "github.com/hpmount/hpmount/cmd/hpmount")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("build hpmount: %w\n%s", err, out)
 		}

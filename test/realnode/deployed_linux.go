@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hpmount/hpmount/test/cluster"
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/manifests"
 )
 
@@ -34,7 +35,14 @@ type DeployedAgent struct {
 // here), imports binary as the DaemonSet's image, creates the agent's pod
 // from the DaemonSet's template with AgentOverrides, and returns once the
 // kubelet reports it Ready (its readiness probe on /readyz passed).
+// A dynamically linked binary is refused before anything is made: the
+// image has no libc (harness.CheckStatic). When the pod was created but
+// never became Ready, the agent is returned with the error, so that the
+// caller can Stop it, and the error holds the pod's status and log.
 func (n *Node) DeployAgent(ctx context.Context, binary string) (*DeployedAgent, error) {
+	if err := harness.CheckStatic(binary); err != nil {
+		return nil, fmt.Errorf("agent binary: %w", err)
+	}
 	ds, err := n.applyDeploy(ctx)
 	if err != nil {
 		return nil, err
@@ -63,10 +71,41 @@ func (n *Node) DeployAgent(ctx context.Context, binary string) (*DeployedAgent, 
 	if a.Pod, err = n.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create agent pod: %w", err)
 	}
-	if a.Pod, err = WaitReady(ctx, n.Kube, a.Pod.Namespace, a.Pod.Name); err != nil {
-		return a, fmt.Errorf("%w\nagent log:\n%s", err, a.Log(ctx))
+	if err := a.waitReady(ctx); err != nil {
+		return a, err
 	}
 	return a, nil
+}
+
+// waitReady waits for the created pod to be Ready. a.Pod stays the pod
+// that was created until the Ready one replaces it: on failure it still
+// names the pod to explain and to Stop.
+func (a *DeployedAgent) waitReady(ctx context.Context) error {
+	ready, err := WaitReady(ctx, a.node.Kube, a.Pod.Namespace, a.Pod.Name)
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, a.explain(ctx))
+	}
+	a.Pod = ready
+	return nil
+}
+
+// explain is the agent pod's status and log (and its previous container's
+// log after a restart), read with a deadline of its own: the caller's
+// context may be what ran out.
+func (a *DeployedAgent) explain(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	status := "unknown"
+	if pod, err := a.node.Kube.CoreV1().Pods(a.Pod.Namespace).Get(ctx, a.Pod.Name, metav1.GetOptions{}); err != nil {
+		status = fmt.Sprintf("(get pod: %v)", err)
+	} else {
+		status = podState(pod)
+	}
+	s := fmt.Sprintf("agent pod %s/%s: %s\nagent log:\n%s", a.Pod.Namespace, a.Pod.Name, status, a.log(ctx, false))
+	if prev := a.log(ctx, true); prev != "" {
+		s += "\nagent log before its last restart:\n" + prev
+	}
+	return s
 }
 
 // applyDeploy applies deploy/'s render and returns the DaemonSet as the
@@ -94,10 +133,17 @@ func (n *Node) applyDeploy(ctx context.Context) (*appsv1.DaemonSet, error) {
 
 // Log is the agent container's log, read through the API server as
 // `kubectl logs` does.
-func (a *DeployedAgent) Log(ctx context.Context) string {
-	req := a.node.Kube.CoreV1().Pods(a.Pod.Namespace).GetLogs(a.Pod.Name, &corev1.PodLogOptions{})
+func (a *DeployedAgent) Log(ctx context.Context) string { return a.log(ctx, false) }
+
+// log reads the current container's log, or with previous the one before
+// its last restart ("" when there was none).
+func (a *DeployedAgent) log(ctx context.Context, previous bool) string {
+	req := a.node.Kube.CoreV1().Pods(a.Pod.Namespace).GetLogs(a.Pod.Name, &corev1.PodLogOptions{Previous: previous})
 	out, err := req.DoRaw(ctx)
-	if err != nil {
+	switch {
+	case err != nil && previous:
+		return ""
+	case err != nil:
 		return fmt.Sprintf("(logs of %s: %v)", a.Pod.Name, err)
 	}
 	return string(out)

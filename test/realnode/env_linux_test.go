@@ -39,15 +39,23 @@ var shared struct {
 func sharedEnv(t *testing.T) *env {
 	t.Helper()
 	testutil.RequiresRoot(t)
-	shared.once.Do(func() {
-		began := time.Now()
-		shared.env, shared.err = startEnv()
-		t.Logf("control plane and node ready in %v", time.Since(began).Round(time.Millisecond))
-	})
+	shared.once.Do(func() { shared.env, shared.err = timedStart(t.Logf, startEnv) })
 	if shared.err != nil {
 		t.Fatalf("start the real node: %v", shared.err)
 	}
 	return shared.env
+}
+
+// timedStart runs start and, only if it worked, logs how long it took: a
+// failed start said "control plane and node ready" before its error.
+func timedStart(logf func(string, ...any), start func() (*env, error)) (*env, error) {
+	began := time.Now()
+	e, err := start()
+	if err != nil {
+		return nil, err
+	}
+	logf("control plane and node ready in %v", time.Since(began).Round(time.Millisecond))
+	return e, nil
 }
 
 // hostBefore is the host as TestMain found it, before any node started.

@@ -93,6 +93,10 @@ func podState(pod *corev1.Pod) string {
 		if t := c.State.Terminated; t != nil {
 			s += fmt.Sprintf("; %s terminated: %s %d %s", c.Name, t.Reason, t.ExitCode, t.Message)
 		}
+		// A container in CrashLoopBackOff says why only here.
+		if t := c.LastTerminationState.Terminated; t != nil {
+			s += fmt.Sprintf("; %s last terminated (%d restarts): %s %d %s", c.Name, c.RestartCount, t.Reason, t.ExitCode, t.Message)
+		}
 	}
 	return s
 }

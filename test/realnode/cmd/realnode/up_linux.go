@@ -19,6 +19,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/sandbox"
 	"github.com/hpmount/hpmount/test/cluster"
+	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/realnode"
 )
 
@@ -30,6 +31,12 @@ const nsEnv = "HPMOUNT_REALNODE_PRIVATE_MOUNT_NS"
 func up(o options) error {
 	if s, err := readState(o.dir); err == nil && alive(s.PID) {
 		return fmt.Errorf("a node is up already (pid %d, %q): make node-down first", s.PID, statePath(o.dir))
+	}
+	if o.agent {
+		// Minutes before DeployAgent would say so: the image has no libc.
+		if err := harness.CheckStatic(o.binary); err != nil {
+			return fmt.Errorf("--binary: %w", err)
+		}
 	}
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return fmt.Errorf("make the node's dir: %w", err)
