@@ -14,7 +14,9 @@
 // plugins_registry), Exec through the API server as kubectl exec does, the
 // CSI call log (Node.Calls), and a teardown (Node.Stop) that leaves nothing
 // behind, checked by StopChecked against a Snapshot of HostPaths, links,
-// cgroups and loop devices. A Stack is the control plane (with the
+// cgroups, loop devices and the processes it started (marked through their
+// environment, ownerEnv). A Stack's start first clears what an earlier one
+// of the same node left when its harness died without a teardown. A Stack is the control plane (with the
 // ServiceAccount admission plugin, and a NamespacePublisher standing in for
 // the two kube-controller-manager controllers it needs) plus one node: what
 // the tests share, and what cmd/realnode (make node-up, make node-down)

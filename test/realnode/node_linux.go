@@ -65,7 +65,7 @@ func Start(ctx context.Context, c *cluster.Cluster, o Options) (*Node, error) {
 	}
 	n := &Node{Name: o.Name, Dir: o.Dir, KubeletRoot: filepath.Join(o.Dir, "kubelet"),
 		ContainerdSocket: socketPath(filepath.Join(o.Dir, "containerd")),
-		CgroupRoot:       "/hpmount-" + o.Name, Kube: kube, cluster: c, before: TakeSnapshot()}
+		CgroupRoot:       cgroupRoot(o.Name), Kube: kube, cluster: c, before: TakeSnapshot()}
 	if err := n.start(ctx, kubelet); err != nil {
 		return nil, errors.Join(err, n.Stop())
 	}
@@ -173,6 +173,9 @@ func (n *Node) Logs(lines int) string {
 	}
 	return s
 }
+
+// cgroupRoot is the kubelet's cgroupRoot for node.
+func cgroupRoot(node string) string { return "/hpmount-" + node }
 
 func freePort() (int, error) {
 	addr, err := harness.FreeAddr()

@@ -25,6 +25,7 @@ func TestPodRunsAndExecs(t *testing.T) {
 		t.Fatalf("%v\n%s", err, e.node.Logs(30))
 	}
 	t.Logf("pod running after %v", time.Since(began).Round(time.Millisecond))
+	checkMarked(t, e)
 	out, err := Exec(ctx, e.admin, ns, pod.Name, "main", "sh", "-c", "echo hello from $(hostname)")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, e.node.Logs(30))

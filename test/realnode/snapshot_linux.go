@@ -27,16 +27,26 @@ var HostPaths = []string{
 const walkDepth = 5
 
 // Snapshot is what exists of HostPaths, the network links, the top-level
-// cgroups of every hierarchy and the loop devices at one moment.
+// cgroups of every hierarchy, the loop devices and the processes a Stack
+// started at one moment.
 type Snapshot struct {
 	Paths, Links, Cgroups map[string]bool
 	// Loops are the backing files of attached loop devices.
 	Loops map[string]bool
+	// Procs are the live processes marked as a Stack's (etcd,
+	// kube-apiserver, containerd, its shims, the kubelet, the CSI plugin,
+	// a host agent; harnessDaemons), as "name pid", whichever harness
+	// started them.
+	Procs map[string]bool
 }
 
 // TakeSnapshot records the host's state.
 func TakeSnapshot() Snapshot {
-	s := Snapshot{Paths: map[string]bool{}, Links: map[string]bool{}, Cgroups: map[string]bool{}, Loops: map[string]bool{}}
+	s := Snapshot{Paths: map[string]bool{}, Links: map[string]bool{}, Cgroups: map[string]bool{}, Loops: map[string]bool{},
+		Procs: map[string]bool{}}
+	for _, d := range harnessDaemons() {
+		s.Procs[d.String()] = true
+	}
 	for _, root := range HostPaths {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -71,13 +81,14 @@ func TakeSnapshot() Snapshot {
 }
 
 // Added lists what after has and s had not, sorted, each prefixed with
-// its kind (path, link, cgroup, loop).
+// its kind (path, link, cgroup, loop, process).
 func (s Snapshot) Added(after Snapshot) []string {
 	var added []string
 	for _, kind := range []struct {
 		name          string
 		before, after map[string]bool
-	}{{"path", s.Paths, after.Paths}, {"link", s.Links, after.Links}, {"cgroup", s.Cgroups, after.Cgroups}, {"loop", s.Loops, after.Loops}} {
+	}{{"path", s.Paths, after.Paths}, {"link", s.Links, after.Links}, {"cgroup", s.Cgroups, after.Cgroups}, {"loop", s.Loops, after.Loops},
+		{"process", s.Procs, after.Procs}} {
 		for k := range kind.after {
 			if !kind.before[k] {
 				added = append(added, kind.name+" "+k)
@@ -123,7 +134,7 @@ func (r TeardownReport) String() string {
 	if len(r.Left) > 0 {
 		fmt.Fprintf(&b, "teardown left behind:\n  %s\n", strings.Join(r.Left, "\n  "))
 	} else {
-		fmt.Fprintf(&b, "teardown left nothing behind in %s, the links, the cgroups or the loop devices\n",
+		fmt.Fprintf(&b, "teardown left nothing behind in %s, the links, the cgroups, the loop devices or the processes\n",
 			strings.Join(HostPaths, ", "))
 	}
 	return b.String()

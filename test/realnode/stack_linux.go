@@ -31,9 +31,17 @@ type Stack struct {
 }
 
 // StartStack starts etcd, kube-apiserver (trusting node), the namespace
-// publisher, the VMI CRD and the node, all under dir (created). On failure
-// everything started is stopped.
+// publisher, the VMI CRD and the node, all under dir (created). First it
+// clears what an earlier Stack of node left behind when its harness died
+// without a teardown (clearLeftovers), and marks what it starts as this
+// process's (ownerEnv). On failure everything started is stopped.
 func StartStack(ctx context.Context, dir, node string) (*Stack, error) {
+	if err := clearLeftovers(node, dir); err != nil {
+		return nil, fmt.Errorf("clear what an earlier run of node %q left: %w", node, err)
+	}
+	if err := markOwner(node, dir); err != nil {
+		return nil, fmt.Errorf("mark the harness's processes: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "cluster"), 0o700); err != nil {
 		return nil, err
 	}

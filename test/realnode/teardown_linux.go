@@ -117,16 +117,20 @@ func killCgroupProcs(root string) error {
 }
 
 // killShims SIGKILLs the containerd-shim processes serving this node's
-// containerd (their command line names its socket); they outlive containerd.
+// containerd (their command line names its socket) and waits until they
+// have exited; they outlive containerd.
 func (n *Node) killShims() error {
 	pids, err := shimPids(n.ContainerdSocket)
 	if err != nil {
 		return err
 	}
+	var shims []daemon
 	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if st, err := readStat(pid); err == nil {
+			shims = append(shims, daemon{PID: pid, Start: st.start, Name: "containerd-shim"})
+		}
 	}
-	return nil
+	return killAll(shims)
 }
 
 func shimPids(socket string) ([]int, error) {
