@@ -41,6 +41,7 @@ type options struct {
 	cpuProfile  string
 	heapProfile string
 	steps       string
+	qemuVMIs    int
 }
 
 func parseFlags() options {
@@ -62,6 +63,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.goBench, "go-bench", true, "also run the Go benchmarks and add their section")
 	flag.DurationVar(&o.settle, "settle", time.Minute, "time with nothing changing before the settled RSS is read")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "save the agent's CPU profile of the idle window here (runs the agent with --profiling)")
+	flag.IntVar(&o.qemuVMIs, "qemu-launchers", 20, "VMIs of the loaded node whose launcher runs a real QEMU for the VMI-change-to-QEMU row (0: skip)")
 	flag.StringVar(&o.steps, "steps", "fresh,cold,loaded,big", "measurements to run, in this order")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the agent's heap profile after the idle window here (runs the agent with --profiling)")
 	flag.Func("agent-arg", "one more argument for the agent (repeatable), e.g. --agent-arg=--profiling", func(s string) error {

@@ -29,6 +29,7 @@ type vm struct {
 	launcher types.UID
 	attach   types.UID
 	vols     []simnode.Volume
+	l        *simnode.Launcher
 }
 
 // spec is what the simulated virt-controller writes for v.
@@ -178,7 +179,7 @@ func (e *env) addVM(ctx context.Context, i int) (*vm, error) {
 	}
 	v.launcher = launcher.UID
 	e.mountMu.Lock()
-	_, err = e.node.StartLauncher(string(v.launcher))
+	v.l, err = e.node.StartLauncher(string(v.launcher))
 	e.mountMu.Unlock()
 	if err != nil {
 		return nil, err
