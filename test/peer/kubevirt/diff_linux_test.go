@@ -51,8 +51,12 @@ type peerNode struct {
 	vols             []peerVolume
 	loops            map[string]*testutil.Loop
 	cgroupRoot       string // CgroupRoot of hpmount's config (v1 devices)
-	computeCgroup    string
-	launcherPod      *pod
+	// kvMounter and kvCgroup are KubeVirt's, kept across calls as
+	// virt-handler keeps them (its records live in memory and stateDir).
+	kvMounter     hotplugdisk.VolumeMounter
+	kvCgroup      cgroup.Manager
+	computeCgroup string
+	launcherPod   *pod
 }
 
 func newPeerNode(t *testing.T, prefix string, vols []peerVolume) *peerNode {
@@ -175,12 +179,15 @@ func (n *peerNode) vmi() *v1.VirtualMachineInstance {
 func (n *peerNode) mountWithKubeVirt(t *testing.T) error {
 	t.Helper()
 	vmi := n.vmi()
-	mgr, err := cgroup.NewManagerFromVM(vmi, nodeName)
-	if err != nil {
-		t.Fatalf("KubeVirt's cgroup manager: %v", err)
+	if n.kvMounter == nil {
+		mgr, err := cgroup.NewManagerFromVM(vmi, nodeName)
+		if err != nil {
+			t.Fatalf("KubeVirt's cgroup manager: %v", err)
+		}
+		n.kvMounter, n.kvCgroup = hotplugdisk.NewVolumeMounter(t.TempDir(), podsDir, nodeName), mgr
 	}
-	m := hotplugdisk.NewVolumeMounter(t.TempDir(), podsDir, nodeName)
-	err = m.Mount(vmi, mgr)
+	m := n.kvMounter
+	err := m.Mount(vmi, n.kvCgroup)
 	for _, v := range n.vols {
 		ok, ierr := m.IsMounted(vmi, v.name, n.attach)
 		t.Logf("KubeVirt's IsMounted(%s) = %v, %v", v.name, ok, ierr)
@@ -188,9 +195,15 @@ func (n *peerNode) mountWithKubeVirt(t *testing.T) error {
 	return err
 }
 
+// unmountAllWithKubeVirt is what virt-handler does once the VMI is gone.
+func (n *peerNode) unmountAllWithKubeVirt(t *testing.T) error {
+	t.Helper()
+	return n.kvMounter.UnmountAll(n.vmi(), n.kvCgroup)
+}
+
 // mountWithHpmount runs hpmount's node engine (test/peer/hpmountside) on
 // the same node: Snapshot, then Attach of each volume. It returns each
-// volume's error.
+// volume's outcome, or its error.
 func (n *peerNode) mountWithHpmount(t *testing.T, bin string) map[string]string {
 	t.Helper()
 	req := map[string]any{"kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot, "launcherDir": launcherView}
@@ -216,14 +229,15 @@ func (n *peerNode) mountWithHpmount(t *testing.T, bin string) map[string]string 
 	}
 	var res []struct{ Name, Outcome, Error string }
 	must(t, json.Unmarshal(out, &res))
-	errs := map[string]string{}
+	outcomes := map[string]string{}
 	for _, r := range res {
 		t.Logf("hpmount's Attach(%s) = %s %s", r.Name, r.Outcome, r.Error)
+		outcomes[r.Name] = r.Outcome
 		if r.Error != "" {
-			errs[r.Name] = r.Error
+			outcomes[r.Name] = "error: " + r.Error
 		}
 	}
-	return errs
+	return outcomes
 }
 
 // desiredVolume is agent.DesiredVolume as JSON: the agent package links
@@ -262,6 +276,9 @@ func (n *peerNode) facts(t *testing.T, v peerVolume) facts {
 		target += ".img"
 	}
 	f := facts{Target: target}
+	if v.mode == kubevirt.Block {
+		f.CgroupRule = cgroupLine(t, n.computeCgroup, n.loops[v.name].Dev(t))
+	}
 	path := filepath.Join(hotplug, target)
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
@@ -274,7 +291,6 @@ func (n *peerNode) facts(t *testing.T, v peerVolume) facts {
 		f.Kind = "block node"
 		dev := n.loops[v.name].Dev(t)
 		f.RdevSame = st.Rdev == dev
-		f.CgroupRule = cgroupLine(t, n.computeCgroup, dev)
 	case unix.S_IFDIR:
 		f.Kind = "directory"
 	case unix.S_IFREG:
