@@ -42,6 +42,7 @@ type demo struct {
 	agent    *harness.Agent
 	agentLog string
 	vm       *vm
+	qemu     *vmQEMU // the VM's QEMU while it runs
 
 	seenEvents map[string]int32 // event name -> count already printed
 }
@@ -180,6 +181,10 @@ func (d *demo) close(ok bool) {
 	if d.agent != nil {
 		d.agent.Kill()
 		item("agent (pid %d) killed", d.agent.Pid())
+	}
+	if d.qemu != nil {
+		item("the VM's QEMU (pid %d) stopped", d.qemu.Pid)
+		d.stopQEMU()
 	}
 	if d.node != nil {
 		d.node.Close()

@@ -58,10 +58,14 @@ func (d *demo) short(s string) string {
 	return s
 }
 
-// show prints the state after a step: the launcher's view, hpmount diag, the
-// agent's metrics and the VMI's new Events.
+// show prints the state after a step: the launcher's view, the VM's (its
+// QEMU's query-block), hpmount diag, the agent's metrics and the VMI's new
+// Events.
 func (d *demo) show() error {
 	if err := d.showLauncher(); err != nil {
+		return err
+	}
+	if err := d.showQEMU(); err != nil {
 		return err
 	}
 	if err := d.showDiag(); err != nil {

@@ -3,13 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -22,15 +19,15 @@ import (
 // block volume on a new device while QEMU holds the old one. hpmount moves
 // the node to the new device, diag says stale-open, the agent warns once
 // and sets hpmount_volume_stale_open; nothing on the node can reach
-// QEMU's descriptor, so the demo then "restarts the VM" (stops its QEMU).
+// QEMU's descriptor, so the demo then "restarts the VM": it stops its
+// QEMU, and a new one opens the volumes after the step (showQEMU).
 func (d *demo) stepStaleOpen(st *walkState) error {
 	v := d.vm
-	qemu, err := d.playQEMU(st.raw)
-	if err != nil {
-		return err
+	if d.qemu == nil {
+		return fmt.Errorf("the VM's QEMU is not running")
 	}
-	defer syscall.Kill(qemu, syscall.SIGKILL)
-	ok("qemu-kvm (pid %d) in the launcher holds %s open", qemu, filepath.Join(kubevirt.HotplugDisksMountPath, st.raw.Name))
+	qemu := d.qemu.Pid
+	ok("the VM's QEMU (pid %d) holds %s open since step 1", qemu, filepath.Join(kubevirt.HotplugDisksMountPath, st.raw.Name))
 	before, err := v.nodeDevice(st.raw)
 	if err != nil {
 		return err
@@ -70,48 +67,9 @@ func (d *demo) stepStaleOpen(st *walkState) error {
 	if err := d.showEvents(); err != nil {
 		return err
 	}
-	if err := syscall.Kill(qemu, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("stop qemu-kvm %d: %w", qemu, err)
-	}
-	item("the VM is restarted (its QEMU stopped): only that, or an unplug and plug, reopens the volume; hpmount never acts on QEMU")
+	d.stopQEMU()
+	item("the VM is restarted (its QEMU %d stopped, a new one starts): only that, or an unplug and plug, reopens the volume; hpmount never acts on QEMU", qemu)
 	return d.staleOpenGauge("raw", "0")
-}
-
-// playQEMU starts, in the launcher's mount namespace and device cgroup, a
-// process named qemu-kvm holding vol's entry open at the path KubeVirt's
-// compute container uses, as QEMU holds its disks.
-func (d *demo) playQEMU(vol simnode.Volume) (int, error) {
-	l := d.vm.L
-	bin := filepath.Join(d.workDir, "qemu-kvm")
-	sleep, err := os.ReadFile("/bin/sleep")
-	if err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(bin, sleep, 0o755); err != nil {
-		return 0, err
-	}
-	hp := d.node.HotplugDisksDir(string(d.vm.Launcher.UID))
-	// The compute container mounts hotplug-disks at KubeVirt's path over a
-	// /run of its own; mounted here unless the launcher already does.
-	script := fmt.Sprintf("mountpoint -q %[1]s || { mount -t tmpfs demo-run /run && mkdir -p %[1]s && mount --bind %[2]s %[1]s; } && "+
-		"{ sh -c 'exec 3<%[3]s; exec %[4]s infinity' </dev/null >/dev/null 2>&1 & echo $!; }",
-		kubevirt.HotplugDisksMountPath, hp, filepath.Join(kubevirt.HotplugDisksMountPath, vol.Name), bin)
-	out, err := l.Exec(script)
-	if err != nil {
-		return 0, fmt.Errorf("start qemu-kvm in the launcher: %w: %s", err, out)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil {
-		return 0, fmt.Errorf("start qemu-kvm in the launcher: %q", out)
-	}
-	return pid, d.eventually("qemu-kvm holding "+vol.Name, waitTimeout, func() error {
-		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/3", pid))
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if err != nil || strings.TrimSpace(string(comm)) != "qemu-kvm" {
-			return fmt.Errorf("pid %d is %q holding %q (%v)", pid, comm, link, err)
-		}
-		return nil
-	})
 }
 
 // nodeDevice is the major:minor $HP/<vol> points at.

@@ -35,19 +35,19 @@ func (d *demo) walk() error {
 			"the file disk.img (not its directory) is bind-mounted onto $HP/data.img; $HP/raw is a device node allowed in the launcher's device cgroup.",
 			d.stepHotplug},
 		{"storage re-attach under a running QEMU (harvester#11208)",
-			"the block volume is published anew on another device while QEMU holds the old one: the agent moves $HP/raw to the new device, yet QEMU's descriptor stays on the old; diag says stale-open and the agent warns once (staleopen_linux.go).",
+			"the block volume is published anew on another device while the VM's QEMU holds the old one: the agent moves $HP/raw to the new device, yet QEMU's descriptor stays on the old; diag says stale-open naming QEMU's pid and the agent warns once; a VM restart (a new QEMU) opens the new device (staleopen_linux.go).",
 			d.stepStaleOpen},
 		{"hotplug a second volume (ext4, 64 MiB): the attachment pod is replaced",
 			"the old attachment pod's CSI mount of data is gone, yet $HP/data.img keeps the same mount id: the launcher's bind holds the filesystem.",
 			d.stepReplace},
 		{"resize after the replacement: grow data to 480 MiB",
-			"no CSI NodeExpandVolume can run for data any more, its CSI mount is gone: the agent finds the filesystem under the launcher's bind by major:minor and grows it online. (A volume still published, like second, is left to the kubelet's NodeExpandVolume.)",
+			"no CSI NodeExpandVolume can run for data any more, its CSI mount is gone: the agent finds the filesystem under the launcher's bind by major:minor and grows it online. (A volume still published, like second, is left to the kubelet's NodeExpandVolume.) Only then has KubeVirt's rule room for a larger disk.img, and QEMU's query-block shows the new size.",
 			d.stepResize},
 		{"the storage side: Longhorn attaches data here",
 			"diag shows, for each volume, the storage.k8s.io VolumeAttachment of its PV on this node and, with Longhorn installed, the Longhorn volume's state, robustness and node and who holds attachment tickets on it: what explains a detach stuck behind another ticket or a volume attached to the wrong node.",
 			d.stepStorage},
 		{"unplug the block volume",
-			"only $HP/raw and its device-cgroup rule go; the filesystem volumes keep their mount ids.",
+			"QEMU unplugs raw first, as virt-launcher does; then only $HP/raw and its device-cgroup rule go; the filesystem volumes keep their mount ids.",
 			d.stepUnplug},
 		{"kill -9 the agent and restart it",
 			"mountinfo is the source of truth: the new agent adopts every mount, and its operation counters show only result=\"unchanged\".",
@@ -229,6 +229,9 @@ func (d *demo) stepResize(st *walkState) error {
 	sub("statfs through the launcher (df -h $HP/data.img), before and after")
 	block(d.short(before.df + "\n" + after.df[strings.IndexByte(after.df, '\n')+1:]))
 	ok("the launcher sees %s of filesystem, was %s", mib(float64(after.bytes)), mib(float64(before.bytes)))
+	if err := d.growDiskImage(st.data, newSize); err != nil {
+		return err
+	}
 	return d.sameMountIDs(map[string]int{"data": st.dataID})
 }
 
@@ -266,6 +269,9 @@ func (d *demo) stepUnplug(st *walkState) error {
 	}
 	maj, min, err := v.Disks[st.raw.Name].Rdev()
 	if err != nil {
+		return err
+	}
+	if err := d.qemuUnplug(st.raw); err != nil {
 		return err
 	}
 	v.RemoveVolume(st.raw.Name)
@@ -367,6 +373,10 @@ func (d *demo) noChangingOps() error {
 
 func (d *demo) stepDelete(st *walkState) error {
 	v := d.vm
+	if d.qemu != nil {
+		item("the VM stops: its QEMU (pid %d) exits", d.qemu.Pid)
+		d.stopQEMU()
+	}
 	if err := d.ctrl.DeleteVMI(d.ctx, vmNamespace, vmName); err != nil {
 		return fmt.Errorf("delete vmi: %w", err)
 	}
