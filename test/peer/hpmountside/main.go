@@ -1,7 +1,7 @@
 // Command hpmountside is hpmount's half of the KubeVirt peer test
-// (test/peer/kubevirt): it attaches the volumes it reads as JSON on stdin
-// with the real node engine (node.New, Snapshot, Attach), as the agent
-// would, and prints each outcome as JSON. It is a program of the root
+// (test/peer/kubevirt): it attaches (or grows) the volumes it reads as JSON
+// on stdin with the real node engine (node.New, Snapshot, then Attach or
+// Grow), as the agent would, and prints each outcome as JSON. It is a program of the root
 // module because the peer module cannot link the node engine: KubeVirt
 // v1.7.0's runc needs a cilium/ebpf older than the one hpmount's blockdev
 // uses, and a Go build holds one version of a module.
@@ -17,10 +17,13 @@ import (
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/node"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // Request is what the peer test asks for.
 type Request struct {
+	// Op is "attach" (the default) or "grow".
+	Op          string                `json:"op"`
 	KubeletRoot string                `json:"kubeletRoot"`
 	CgroupRoot  string                `json:"cgroupRoot"`
 	LauncherDir string                `json:"launcherDir"`
@@ -32,6 +35,8 @@ type Result struct {
 	Name    string `json:"name"`
 	Outcome string `json:"outcome"`
 	Error   string `json:"error,omitempty"`
+	// Grow is Grow's result for op grow.
+	Grow *agent.GrowResult `json:"grow,omitempty"`
 }
 
 func main() {
@@ -63,8 +68,20 @@ func run() error {
 	}
 	var out []Result
 	for _, v := range req.Volumes {
-		r, err := e.Attach(ctx, snap, v)
-		res := Result{Name: v.Name, Outcome: fmt.Sprint(r)}
+		var res Result
+		var err error
+		switch req.Op {
+		case "", "attach":
+			var r outcome.Result
+			r, err = e.Attach(ctx, snap, v)
+			res = Result{Name: v.Name, Outcome: string(r)}
+		case "grow":
+			var g agent.GrowResult
+			g, err = e.Grow(ctx, snap, v)
+			res = Result{Name: v.Name, Outcome: "checked", Grow: &g}
+		default:
+			return fmt.Errorf("unknown op %q", req.Op)
+		}
 		if err != nil {
 			res.Error = err.Error()
 		}

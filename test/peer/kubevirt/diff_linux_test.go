@@ -206,7 +206,13 @@ func (n *peerNode) unmountAllWithKubeVirt(t *testing.T) error {
 // volume's outcome, or its error.
 func (n *peerNode) mountWithHpmount(t *testing.T, bin string) map[string]string {
 	t.Helper()
-	req := map[string]any{"kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot, "launcherDir": launcherView}
+	return n.runHpmount(t, bin, "attach")
+}
+
+// runHpmount runs hpmountside's op on every volume.
+func (n *peerNode) runHpmount(t *testing.T, bin, op string) map[string]string {
+	t.Helper()
+	req := map[string]any{"op": op, "kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot, "launcherDir": launcherView}
 	var vols []desiredVolume
 	for _, v := range n.vols {
 		dv := desiredVolume{Name: v.name, Mode: v.mode, LauncherUID: n.launcher}
@@ -227,11 +233,14 @@ func (n *peerNode) mountWithHpmount(t *testing.T, bin string) map[string]string 
 	if err != nil {
 		t.Fatalf("hpmountside: %v: %s", err, stderr.String())
 	}
-	var res []struct{ Name, Outcome, Error string }
+	var res []struct {
+		Name, Outcome, Error string
+		Grow                 json.RawMessage
+	}
 	must(t, json.Unmarshal(out, &res))
 	outcomes := map[string]string{}
 	for _, r := range res {
-		t.Logf("hpmount's Attach(%s) = %s %s", r.Name, r.Outcome, r.Error)
+		t.Logf("hpmount's %s(%s) = %s %s %s", op, r.Name, r.Outcome, r.Grow, r.Error)
 		outcomes[r.Name] = r.Outcome
 		if r.Error != "" {
 			outcomes[r.Name] = "error: " + r.Error
