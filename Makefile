@@ -38,9 +38,10 @@ test: deps tools vet build
 	@$(MAKE) --no-print-directory fuzz-quick
 
 # KubeVirt v1.7.0's own code against hpmount's (test/peer/kubevirt, a Go
-# module of its own that ./... above does not reach), starting with its API
-# types against hpmount's VMI model. A cold build compiles much of KubeVirt
-# (test/peer/kubevirt/doc.go says how long).
+# module of its own that ./... above does not reach): its API types against
+# hpmount's VMI model, its hotplug mounter against the node engine on one
+# simulated node (differences, coexistence, seed 004). A cold build
+# compiles much of KubeVirt (test/peer/kubevirt/doc.go says how long).
 peer-test:
 	cd test/peer/kubevirt && CGO_ENABLED=0 $(GO) vet ./... && \
 	  HPMOUNT_REQUIRE_ROOT=1 CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 20m ./...
