@@ -39,9 +39,11 @@ const (
 	// GoneReplaced: the name now holds another VMI (another UID).
 	GoneReplaced = "replaced"
 	// GoneElsewhere: the VMI names neither this node nor this node as its
-	// migration target.
+	// migration target, and its status does not put its VM here.
 	GoneElsewhere = "elsewhere"
-	// GoneStillHere: the VMI still names this node; a cache lags.
+	// GoneStillHere: the VMI still names this node, by a label, by
+	// status.nodeName, or as the target of a completed migration; a cache
+	// lags.
 	GoneStillHere = "still-here"
 	// GoneUnknown: the API server could not be asked.
 	GoneUnknown = "unknown"
@@ -73,7 +75,21 @@ func (a *Agent) confirmGone(ctx context.Context, key string, uid types.UID) (str
 	if l[kubevirt.LabelNodeName] == a.cfg.NodeName || l[kubevirt.LabelMigrationTargetNode] == a.cfg.NodeName {
 		return GoneStillHere, nil
 	}
+	if vmi, err := kubevirt.DecodeVMI(u); err == nil && runsHere(vmi, a.cfg.NodeName) {
+		return GoneStillHere, nil
+	}
 	return GoneElsewhere, nil
+}
+
+// runsHere reports whether the VMI's status puts its VM on node although
+// no label does: the target label can go before kubevirt.io/nodeName moves
+// to the target of a completed migration, and the VM already runs there.
+func runsHere(vmi *kubevirt.VMI, node string) bool {
+	if vmi.Status.NodeName == node {
+		return true
+	}
+	m := kubevirt.MigrationOf(vmi, node)
+	return m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationSucceeded
 }
 
 // goneConfirmed reports whether a detach for a VMI that left the caches may

@@ -260,12 +260,25 @@ func completedOnTarget() *unstructured.Unstructured {
 // runs the VM. A live read confirms the VMI still names this node, and the
 // node informer's add then changes nothing.
 func TestHandoffInEitherOrder(t *testing.T) {
-	for _, deleteFirst := range []bool{true, false} {
-		name := map[bool]string{true: "target delete before node add", false: "node add before target delete"}[deleteFirst]
+	for _, tc := range []struct {
+		name                    string
+		deleteFirst, labelFirst bool
+	}{
+		{"target delete before node add", true, false},
+		{"node add before target delete", false, false},
+		{"target label gone before node label moved", true, true},
+	} {
+		name, deleteFirst, labelFirst := tc.name, tc.deleteFirst, tc.labelFirst
 		t.Run(name, func(t *testing.T) {
 			ta, _ := targetAgent(t)
 			ta.mustReconcile(t)
 			live := completedOnTarget()
+			if labelFirst {
+				// The target label went first: nodeName still names the
+				// source, but the migration completed and the VM runs here.
+				live.SetLabels(map[string]string{kubevirt.LabelNodeName: kt.Node})
+				live.Object["status"].(map[string]any)["nodeName"] = kt.Node
+			}
 			if _, err := ta.dyn.Resource(kubevirt.VMIResource).Namespace(testNS).Create(context.Background(), live, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -317,6 +330,7 @@ func (o *goneObserver) GoneCheck(result string) {
 func TestGoneIsConfirmed(t *testing.T) {
 	elsewhere := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
 	elsewhere.SetLabels(map[string]string{kubevirt.LabelNodeName: "node9"})
+	elsewhere.Object["status"].(map[string]any)["nodeName"] = "node9"
 	replaced := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
 	replaced.SetUID("another-uid")
 	tests := []struct {

@@ -48,6 +48,24 @@ func TestHandoffEventOrders(t *testing.T) {
 		h.retireSource(t)
 	})
 
+	e.step("API order: the target label goes while nodeName still names node-1", func(t *testing.T) {
+		h := e.newHandoff(nodeB, agentB, "label-first")
+		before := h.goneChecks()
+		e.must(h.m.Finalize(e.ctx))
+		e.eventually("two gone checks", 60*time.Second, func() error {
+			if err := h.targetMounted(); err != nil {
+				return harness.Stop(fmt.Errorf("%w; gone checks %v", err, harness.CounterDelta(before, h.goneChecks())))
+			}
+			if n := h.goneChecks()[`result="still-here"`] - before[`result="still-here"`]; n < 2 {
+				return fmt.Errorf("%v still-here checks", n)
+			}
+			return nil
+		})
+		e.must(h.m.MoveNode(e.ctx))
+		h.waitResyncs(2)
+		h.assertHeld(t, "after nodeName moved")
+	})
+
 	e.step("out of order: the target informer's delete before the node informer's add", func(t *testing.T) {
 		h := e.newHandoff(nodeB, agentB, "reordered")
 		proxy.Hold(nodeSelector)
