@@ -270,7 +270,7 @@ func TestObserveIsolatesAHungVolume(t *testing.T) {
 	n := newLinkedRoot(t)
 	_, _, e := n.ownLauncherView(t)
 	hungDir := filepath.Join(n.real, kubelet.VolumesDir(string(attachUID)), "kubernetes.io~csi", "pv-hung", "mount")
-	fs := mountHangingFS(t, hungDir)
+	fs := testutil.MountHangingFS(t, hungDir)
 	ctx := context.Background()
 	healthy := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
 		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
@@ -286,7 +286,7 @@ func TestObserveIsolatesAHungVolume(t *testing.T) {
 	}
 	attach(healthy)
 	attach(hung)
-	fs.hang()
+	fs.Hang()
 
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
@@ -311,7 +311,7 @@ func TestObserveIsolatesAHungVolume(t *testing.T) {
 	}
 	attach(healthy)
 
-	fs.abort()
+	fs.Abort()
 	waitUnstuck(t, e.ns)
 	snap, err = e.Snapshot(ctx)
 	must(t, err)

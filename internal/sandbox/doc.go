@@ -5,5 +5,8 @@
 // filesystem. internal/testutil wraps them for tests; test/simnode builds
 // the node on them.
 //
+// It also serves a FUSE filesystem that stops answering on demand
+// (HangingFS), the hung storage of the fault tests.
+//
 // It refuses anything about hpmount itself: no kubelet paths, no API.
 package sandbox

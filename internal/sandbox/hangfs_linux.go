@@ -1,4 +1,4 @@
-package node
+package sandbox
 
 import (
 	"encoding/binary"
@@ -7,27 +7,29 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// hangingFS is a FUSE filesystem served by the test: a root directory
-// holding one regular file, disk.img, whose attributes the kernel may
-// cache for no time at all, so every full stat asks the server. Until
-// hang is called it answers what a bind of disk.img needs (lookup,
+// HangingFS is a storage backend that stops answering: a FUSE filesystem
+// served by this process (the simulated node publishes it like a CSI
+// filesystem volume; node's tests mount it under a volume). Its root
+// holds one file, disk.img (1 MiB, read as zeros: nothing reads it), whose
+// attributes the kernel caches for no time at all, so every full stat asks
+// the server. Until Hang it answers what a bind of disk.img needs (lookup,
 // getattr, setattr for the chown); after, it reads requests and answers
-// none, as a FUSE daemon or an NFS server that stopped answering. Only
-// the kernel's FUSE client is needed, no library: the protocol is the
-// few fixed structs of <linux/fuse.h> below.
-type hangingFS struct {
+// none, as a FUSE daemon or a hard-mounted NFS server that is gone. A
+// thread waiting on it is in the kernel's killable wait. Only the kernel's
+// FUSE client is used, no library: the protocol is the few fixed structs of
+// <linux/fuse.h> below.
+type HangingFS struct {
 	dev       *os.File
+	dir       string
 	hung      atomic.Bool
+	stopping  atomic.Bool
 	mu        sync.Mutex
 	uid, gid  uint32 // disk.img's owner, as setattr left it
 	done      chan struct{}
-	dir       string
-	stopping  atomic.Bool
 	closeOnce sync.Once
 }
 
@@ -38,42 +40,44 @@ const (
 	fuseGetattr = 3
 	fuseSetattr = 4
 	fuseInit    = 26
-	fuseBatch   = 42 // BATCH_FORGET
 	fuseIntr    = 36 // INTERRUPT
+	fuseBatch   = 42 // BATCH_FORGET
 	fuseInHdr   = 40
 	fuseAttrLen = 88
 	fattrUID    = 1 << 1
 	fattrGID    = 1 << 2
 	imgNode     = 2
+	imgBytes    = 1 << 20
 )
 
-// mountHangingFS serves a hangingFS on dir until the test ends.
-func mountHangingFS(t *testing.T, dir string) *hangingFS {
-	t.Helper()
-	must(t, os.MkdirAll(dir, 0o755))
+// MountHangingFS mounts a HangingFS on dir, creating dir, and serves it
+// until Abort; unmounting dir is the caller's.
+func MountHangingFS(dir string) (*HangingFS, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
 	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
-		t.Fatalf("open /dev/fuse: %v", err)
+		return nil, fmt.Errorf("open /dev/fuse: %w", err)
 	}
 	opts := fmt.Sprintf("fd=%d,rootmode=40755,user_id=0,group_id=0,allow_other", dev.Fd())
-	if err := unix.Mount("hpmount-test-fuse", dir, "fuse", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	if err := unix.Mount("hpmount-hanging-fuse", dir, "fuse", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		dev.Close()
-		t.Fatalf("mount fuse on %q: %v", dir, err)
+		return nil, fmt.Errorf("mount fuse on %q: %w", dir, err)
 	}
-	fs := &hangingFS{dev: dev, dir: dir, done: make(chan struct{})}
+	fs := &HangingFS{dev: dev, dir: dir, done: make(chan struct{})}
 	go fs.serve()
-	t.Cleanup(func() {
-		fs.abort()
-		_ = unix.Unmount(dir, unix.MNT_DETACH)
-	})
-	return fs
+	return fs, nil
 }
 
-// abort ends the connection: every request still waiting fails with
-// ENOTCONN, and the filesystem answers nothing from then on. The device
-// is released only once the server's read returns, so a request (a stat
-// of the root, failing with the rest) wakes the server first.
-func (fs *hangingFS) abort() {
+// Hang makes the server answer nothing from now on.
+func (fs *HangingFS) Hang() { fs.hung.Store(true) }
+
+// Abort ends the connection: every request still waiting fails with
+// ENOTCONN, as does every later one. The device is released only once the
+// server's read returns, so a request (a stat of the root, failing with
+// the rest) wakes the server first.
+func (fs *HangingFS) Abort() {
 	fs.closeOnce.Do(func() {
 		fs.stopping.Store(true)
 		go func() {
@@ -85,10 +89,7 @@ func (fs *hangingFS) abort() {
 	})
 }
 
-// hang makes the server answer nothing from now on.
-func (fs *hangingFS) hang() { fs.hung.Store(true) }
-
-func (fs *hangingFS) serve() {
+func (fs *HangingFS) serve() {
 	defer close(fs.done)
 	buf := make([]byte, 1<<20+4096)
 	for {
@@ -115,7 +116,7 @@ func (fs *hangingFS) serve() {
 	}
 }
 
-func (fs *hangingFS) answer(op uint32, node uint64, in []byte) ([]byte, unix.Errno) {
+func (fs *HangingFS) answer(op uint32, node uint64, in []byte) ([]byte, unix.Errno) {
 	switch op {
 	case fuseInit:
 		out := make([]byte, 64)
@@ -157,12 +158,12 @@ func (fs *hangingFS) answer(op uint32, node uint64, in []byte) ([]byte, unix.Err
 }
 
 // attr writes the fuse_attr of node: the root directory or disk.img.
-func (fs *hangingFS) attr(b []byte, node uint64) {
+func (fs *HangingFS) attr(b []byte, node uint64) {
 	binary.LittleEndian.PutUint64(b[0:], node) // ino
 	mode, nlink := uint32(unix.S_IFDIR|0o755), uint32(2)
 	if node == imgNode {
 		mode, nlink = unix.S_IFREG|0o644, 1
-		binary.LittleEndian.PutUint64(b[8:], 1<<20) // size
+		binary.LittleEndian.PutUint64(b[8:], imgBytes) // size
 		fs.mu.Lock()
 		binary.LittleEndian.PutUint32(b[68:], fs.uid)
 		binary.LittleEndian.PutUint32(b[72:], fs.gid)
@@ -173,7 +174,7 @@ func (fs *hangingFS) attr(b []byte, node uint64) {
 	binary.LittleEndian.PutUint32(b[80:], 4096) // blksize
 }
 
-func (fs *hangingFS) reply(unique uint64, out []byte, errno unix.Errno) {
+func (fs *HangingFS) reply(unique uint64, out []byte, errno unix.Errno) {
 	if errno != 0 {
 		out = nil
 	}
