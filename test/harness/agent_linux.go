@@ -49,12 +49,11 @@ type Agent struct {
 func StartAgent(o AgentOptions) (*Agent, error) {
 	a := &Agent{done: make(chan struct{})}
 	var err error
-	if a.MetricsAddr, err = FreeAddr(); err != nil {
+	addrs, err := FreeAddrs(2)
+	if err != nil {
 		return nil, err
 	}
-	if a.HealthAddr, err = FreeAddr(); err != nil {
-		return nil, err
-	}
+	a.MetricsAddr, a.HealthAddr = addrs[0], addrs[1]
 	a.Cmd = exec.Command(o.Binary, agentArgs(o, a)...)
 	a.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out io.Reader
@@ -178,12 +177,27 @@ func get(url string) (string, int, error) {
 
 // FreeAddr is a free loopback address to listen on.
 func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := FreeAddrs(1)
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return addrs[0], nil
+}
+
+// FreeAddrs is n distinct free loopback addresses. Every listener stays
+// open until all are chosen: closed one by one, the kernel may hand the
+// same port out twice (the agent then failed to bind its second server).
+func FreeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
 }
 
 var (
