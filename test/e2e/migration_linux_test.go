@@ -16,21 +16,7 @@ import (
 // process's mount namespace as their host, each confined to its root.
 func (e *env) startNode(name string) (*simnode.Node, *harness.Agent) {
 	e.t.Helper()
-	n, err := simnode.New(name, e.root.TempDir())
-	e.must(err)
-	e.root.Cleanup(n.Close)
-	bin, err := harness.Binary()
-	e.must(err)
-	a, err := harness.StartAgent(harness.AgentOptions{Binary: bin, Kubeconfig: e.kubeconfig, Node: n, Args: e.agentArgs})
-	e.must(err)
-	e.root.Cleanup(func() {
-		a.Kill()
-		if e.root.Failed() {
-			e.t.Logf("agent of %s log:\n%s", name, a.Log())
-		}
-	})
-	e.eventually("agent of "+name+" ready", 60*time.Second, a.Ready)
-	return n, a
+	return e.startNodeWith(name, e.kubeconfig)
 }
 
 // TestMigration: a VMI with a filesystem and a block hotplug volume

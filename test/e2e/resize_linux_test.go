@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -229,20 +228,9 @@ func (v *vm) launcherStatfs(t *testing.T, vol simnode.Volume) int64 {
 // the capacity, computed from what the filesystem reports now.
 func (v *vm) assertDiskImageSize(t *testing.T, vol simnode.Volume, capacity int64) {
 	t.Helper()
-	var sfs unix.Statfs_t
-	var st unix.Stat_t
-	if err := unix.Statfs(v.Target(vol), &sfs); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Stat(v.Target(vol), &st); err != nil {
-		t.Fatal(err)
-	}
-	want, err := mount.DiskImageSize(capacity, 0.055, int64(sfs.Bavail)*sfs.Bsize, st.Blocks*512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Size != want || st.Size%(1<<20) != 0 || st.Size <= 32<<20 {
-		t.Fatalf("disk.img is %d bytes, want %d (grown from 32 MiB, MiB-aligned)", st.Size, want)
+	want, size := v.kubevirtImageSize(t, vol, capacity)
+	if size != want || size%(1<<20) != 0 || size <= 32<<20 {
+		t.Fatalf("disk.img is %d bytes, want %d (grown from 32 MiB, MiB-aligned)", size, want)
 	}
 }
 
