@@ -4,18 +4,28 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
-// TestVerdictsDocumented holds doc.go's verdict list and the README's
-// verdict table to Verdicts: each names every verdict diag can give, in
-// the order of precedence, and nothing else.
+// TestVerdictsDocumented holds doc.go's verdict list, the verdict table of
+// docs/diag.md, the README's verdict sentence and ARCHITECTURE.md's
+// vocabulary to Verdicts: each names every verdict diag can give, in the
+// order of precedence, and nothing else.
 func TestVerdictsDocumented(t *testing.T) {
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/diag.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, err := os.ReadFile("../ARCHITECTURE.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,17 +33,33 @@ func TestVerdictsDocumented(t *testing.T) {
 	// sentence that gives orphans theirs.
 	fromDoc := matches(regexp.MustCompile(`(?m)^//   - ([a-z-]+): `), string(doc))
 	fromDoc = append(fromDoc, matches(regexp.MustCompile(`Orphans get the verdict ([a-z-]+)`), string(doc))...)
-	// README: the rows of the table under "| verdict | meaning |".
+	// docs/diag.md: the rows of the table under "| verdict | meaning |".
 	table := regexp.MustCompile("(?s)\\| verdict \\| meaning \\| what to do \\|\n\\|[-|]+\\|\n(.*?)\n\n").FindStringSubmatch(string(readme))
 	if table == nil {
-		t.Fatal("README.md has no verdict table")
+		t.Fatal("docs/diag.md has no verdict table")
 	}
 	fromReadme := matches(regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|"), table[1])
+	// The README and ARCHITECTURE.md name them in one sentence each.
+	quoted := regexp.MustCompile("`([a-z-]+)`")
+	sentence := func(text, start, end string) []string {
+		i := strings.Index(text, start)
+		if i < 0 {
+			t.Fatalf("no %q", start)
+		}
+		j := strings.Index(text[i:], end)
+		if j < 0 {
+			t.Fatalf("no %q after %q", end, start)
+		}
+		return matches(quoted, text[i+len(start):i+j])
+	}
+	fromFront := sentence(string(front), "the first verdict that applies, in this order:", ".\n")
+	fromArch := sentence(string(arch), "- `diag.Verdicts` (", ")")
 	want := make([]string, len(Verdicts))
 	for i, v := range Verdicts {
 		want[i] = string(v)
 	}
-	for where, got := range map[string][]string{"doc.go": fromDoc, "README.md": fromReadme} {
+	for where, got := range map[string][]string{"doc.go": fromDoc, "docs/diag.md": fromReadme,
+		"README.md": fromFront, "ARCHITECTURE.md": fromArch} {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s names the verdicts %q, want %q (diag.Verdicts, in that order)", where, got, want)
 		}

@@ -25,15 +25,40 @@ func lineWith(t *testing.T, text, marker string) string {
 	return ""
 }
 
-// TestVocabularyDocumented holds doc.go's table and the README's metric
-// table to the one vocabulary: every op, result and refusal reason the
-// code can report is named where operators read about the metric.
+// paragraphWith returns the lines of text from the first that starts with
+// marker up to the next blank line or list item: one bullet of a Markdown
+// list, however it is wrapped.
+func paragraphWith(t *testing.T, text, marker string) string {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, marker) {
+			continue
+		}
+		end := i + 1
+		for end < len(lines) && strings.TrimSpace(lines[end]) != "" && !strings.HasPrefix(lines[end], "- ") {
+			end++
+		}
+		return strings.Join(lines[i:end], " ")
+	}
+	t.Fatalf("no line starts with %q", marker)
+	return ""
+}
+
+// TestVocabularyDocumented holds doc.go's table, the metric table of
+// docs/metrics.md and ARCHITECTURE.md's vocabulary to the one vocabulary:
+// every op, result and refusal reason the code can report is named where
+// operators and developers read about it.
 func TestVocabularyDocumented(t *testing.T) {
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, err := os.ReadFile("../ARCHITECTURE.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,10 +74,12 @@ func TestVocabularyDocumented(t *testing.T) {
 		words              []string
 	}{
 		{"doc.go", lineWith(t, string(doc), "//\thpmount_mount_operations_total"), "", words},
-		{"README.md", lineWith(t, string(readme), "| `hpmount_mount_operations_total`"), "`", words},
-		{"README.md", lineWith(t, string(readme), "| `hpmount_refusals_total`"), "`", kubevirt.RefusalReasons},
+		{"docs/metrics.md", lineWith(t, string(readme), "| `hpmount_mount_operations_total`"), "`", words},
+		{"docs/metrics.md", lineWith(t, string(readme), "| `hpmount_refusals_total`"), "`", kubevirt.RefusalReasons},
 		{"doc.go", lineWith(t, string(doc), "//\thpmount_migration_events_total"), "", agent.MigrationEvents},
-		{"README.md", lineWith(t, string(readme), "| `hpmount_migration_events_total`"), "`", agent.MigrationEvents},
+		{"docs/metrics.md", lineWith(t, string(readme), "| `hpmount_migration_events_total`"), "`", agent.MigrationEvents},
+		{"ARCHITECTURE.md", paragraphWith(t, string(arch), "- `outcome.Op` ("), "`", words},
+		{"ARCHITECTURE.md", paragraphWith(t, string(arch), "- `kubevirt.RefusalReasons`"), "`", kubevirt.RefusalReasons},
 	} {
 		for _, w := range tc.words {
 			if !strings.Contains(tc.line, tc.quote+w+tc.quote) {

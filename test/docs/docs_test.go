@@ -1,0 +1,97 @@
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// repoRoot is the repository, two levels above this package.
+const repoRoot = "../.."
+
+const (
+	maxCellChars = 300
+	maxItemLines = 10
+)
+
+// TestReadmeShape fails on a README table cell or list item too long to
+// read as a guide: such reference belongs in docs/.
+func TestReadmeShape(t *testing.T) {
+	text := read(t, "README.md")
+	for _, p := range shapeProblems(text) {
+		t.Errorf("README.md: %s", p)
+	}
+}
+
+func TestShapeProblems(t *testing.T) {
+	long := strings.Repeat("x", maxCellChars+1)
+	tests := []struct {
+		name, text string
+		want       int
+	}{
+		{"short table", "| a | b |\n|---|---|\n| c | d |\n", 0},
+		{"long cell", "| a |\n|---|\n| " + long + " |\n", 1},
+		{"short item", "- one\n  two\n- three\n", 0},
+		{"long item", "- one\n" + strings.Repeat("  more\n", maxItemLines) + "\n", 1},
+		{"nested items count apart", "- top\n" + strings.Repeat("  - sub\n", maxItemLines+2), 0},
+		{"code block is not an item", "```\n- x\n" + strings.Repeat("  y\n", 20) + "```\n", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := shapeProblems(tc.text); len(got) != tc.want {
+				t.Errorf("%d problems %q, want %d", len(got), got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRelativeLinks fails on a link from one of the project's documents
+// to a file or heading that does not exist.
+func TestRelativeLinks(t *testing.T) {
+	docs := []string{"README.md", "ARCHITECTURE.md", "HACKING.md", "SECURITY.md", "test/README.md", "deploy/README.md"}
+	more, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range more {
+		rel, _ := filepath.Rel(repoRoot, m)
+		docs = append(docs, rel)
+	}
+	for _, doc := range docs {
+		if _, err := os.Stat(filepath.Join(repoRoot, doc)); os.IsNotExist(err) {
+			continue
+		}
+		for _, target := range links(read(t, doc)) {
+			if err := checkLink(doc, target); err != nil {
+				t.Errorf("%s: %v", doc, err)
+			}
+		}
+	}
+}
+
+func read(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// links returns the relative link targets of a Markdown text, outside
+// code blocks.
+func links(text string) []string {
+	var out []string
+	for _, l := range proseLines(text) {
+		for _, m := range linkRE.FindAllStringSubmatch(l, -1) {
+			if !strings.Contains(m[1], "://") && !strings.HasPrefix(m[1], "mailto:") {
+				out = append(out, m[1])
+			}
+		}
+	}
+	return out
+}
