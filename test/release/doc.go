@@ -1,0 +1,31 @@
+// Package release builds a release of hpmount into one folder, offline and
+// reproducibly: the same source, version, commit and date give the same
+// bytes (TestReproducible builds twice and compares every file).
+//
+// Build writes:
+//
+//   - <command>-linux-<arch>: each main package under cmd/, static
+//     (CGO_ENABLED=0), -trimpath, -buildid= and no VCS stamp, version and
+//     commit set through -ldflags, for linux/amd64 and linux/arm64;
+//   - <command>-linux-<arch>.cdx.json: a CycloneDX SBOM of the Go modules
+//     linked into that binary, read from the binary itself
+//     (debug/buildinfo), so it lists what was built, not what go.mod asks;
+//   - image/: a multi-arch OCI image layout (an image index of one manifest
+//     per architecture, each with one layer holding the static hpmount at
+//     /usr/local/bin/hpmount), with the org.opencontainers.image
+//     annotations and labels; no daemon and no base image. findmnt is not
+//     in it: diag falls back to the kernel's mountinfo;
+//   - chart/: the Helm chart repository of deploy/chart (the .tgz and
+//     index.yaml), its version and appVersion set from the release version,
+//     with fixed times in the archive and the index;
+//   - SHA256SUMS over every file above, in sha256sum's format.
+//
+// Times come from the commit (SOURCE_DATE_EPOCH), never the clock.
+//
+// It refuses to build a version that is not vMAJOR.MINOR.PATCH (a chart
+// version must be SemVer) and a chart whose image.tag names another
+// version: the chart would deploy an image the release does not contain.
+// It signs nothing and pushes nothing; the README says how to push the
+// image layout and serve the chart folder. cmd/release is its command
+// (make release).
+package release
