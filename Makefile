@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
-.PHONY: all build deps tools test unit vet bench bench-node demo fuzz fuzz-quick peer-test chart chart-package node-up node-down clean
+.PHONY: all build deps tools test unit vet bench bench-node demo fuzz fuzz-quick peer-test chart chart-package release node-up node-down clean
 
 all: build
 
@@ -96,6 +96,15 @@ CHART_REPO_DIR ?= $(CURDIR)/bin/chart-repo
 chart-package: chart
 	$(GO) run ./test/chartgen -package $(CHART_REPO_DIR)
 
+# A release in DIST_DIR (test/release): static linux/amd64 and arm64
+# binaries, an SBOM of each, a multi-arch OCI image layout, the chart
+# repository and SHA256SUMS; the same commit gives the same bytes. Times
+# come from SOURCE_DATE_EPOCH, else the commit. VERSION must be vX.Y.Z.
+DIST_DIR ?= $(CURDIR)/dist
+release:
+	rm -rf $(DIST_DIR)
+	$(GO) run ./test/release/cmd/release --version $(VERSION) --out $(DIST_DIR)
+
 # A real node to poke at by hand (test/realnode/cmd/realnode, README
 # "Tests"): control plane, containerd, kubelet, CNI and the test CSI plugin
 # in a private mount namespace of a background process; NODE_AGENT=1 also
@@ -111,4 +120,4 @@ node-down:
 	bin/realnode down --dir $(NODE_DIR)
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
