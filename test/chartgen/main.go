@@ -4,19 +4,22 @@
 // chart differs from what this writes.
 //
 // With -package DIR it instead packages deploy/chart as a Helm chart
-// repository in DIR (test/manifests.PackageChart: <name>-<version>.tgz and
-// index.yaml), to serve from any static HTTP host for the Harvester Addon.
+// repository in DIR (test/release.ChartRepo over test/manifests.PackageChart:
+// <name>-<version>.tgz and index.yaml), to serve from any static HTTP host
+// for the Harvester Addon. Its times are the commit's (or
+// $SOURCE_DATE_EPOCH), so the same commit packages to the same bytes.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/hpmount/hpmount/test/manifests"
+	"github.com/hpmount/hpmount/test/release"
 )
 
 func main() {
@@ -34,7 +37,11 @@ func run(pkg string) error {
 		return err
 	}
 	if pkg != "" {
-		archive, err := manifests.PackageChart(deploy, pkg, time.Now())
+		date, err := release.SourceDate(context.Background(), deploy)
+		if err != nil {
+			return err
+		}
+		archive, err := release.ChartRepo(deploy, pkg, "", date)
 		if err != nil {
 			return err
 		}
