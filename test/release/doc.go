@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package release builds a release of hpmount into one folder, offline and
 // reproducibly: the same source, version, commit and date give the same
 // bytes (TestReproducible builds twice and compares every file).

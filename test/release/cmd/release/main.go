@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command release builds a release of hpmount into a folder (make release;
 // package test/release says what it holds):
 //
