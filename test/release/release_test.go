@@ -4,9 +4,13 @@
 package release
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -203,9 +207,41 @@ func checkChart(t *testing.T, dist string, opts Options) {
 	if len(e) != 1 || !index.Generated.Equal(opts.Date) {
 		t.Fatalf("index: %+v", index)
 	}
-	sum, err := fileSHA256(filepath.Join(dist, ChartRepoDir, e[0].URLs[0]))
+	archive := filepath.Join(dist, ChartRepoDir, e[0].URLs[0])
+	sum, err := fileSHA256(archive)
 	if err != nil || sum != e[0].Digest || e[0].AppVersion != opts.Version || "v"+e[0].Version != opts.Version {
 		t.Errorf("index entry %+v; archive sha256 %s (%v)", e[0], sum, err)
+	}
+	checkArchiveTimes(t, archive, opts.Date)
+}
+
+// checkArchiveTimes: two builds in the same second would hide a clock
+// time (chartutil.Save stamps time.Now), so every time is checked.
+func checkArchiveTimes(t *testing.T, path string, date time.Time) {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !zr.Header.ModTime.IsZero() {
+		t.Errorf("%s: gzip header time %v", path, zr.Header.ModTime)
+	}
+	tr := tar.NewReader(zr)
+	n := 0
+	for h, err := tr.Next(); !errors.Is(err, io.EOF); h, err = tr.Next() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n++; !h.ModTime.Equal(date) {
+			t.Errorf("%s: %s has time %v, want %v", path, h.Name, h.ModTime, date)
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no entries", path)
 	}
 }
 
