@@ -56,7 +56,7 @@ peer-test:
 # (golang/go#75804, .ci/fuzz.sh), and because a loaded machine then
 # explores as much as an idle one. make fuzz fuzzes each for FUZZ_LONG and
 # fails only on a failing input (or a failing go test).
-FUZZ_TARGETS := ./mount:FuzzParseMountinfo:10000 ./mount:FuzzParseKernelLine:10000 \
+FUZZ_TARGETS := ./mountinfo:FuzzParseMountinfo:10000 ./mountinfo:FuzzParseKernelLine:10000 \
 	./diag:FuzzParseFindmnt:5000 ./kubelet:FuzzValidName:20000 \
 	./kubelet:FuzzPodVolumePaths:20000 ./kubevirt:FuzzDecodeVMI:2000
 FUZZ_LONG ?= 60s

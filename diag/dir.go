@@ -8,13 +8,14 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // inspectDirectory judges a memory-dump or utility volume: the published
 // PVC's root bound onto the directory <volume> in hotplug-disks, by the
 // agent's own observation (mount.ObserveDirs).
 func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
-	var want *mount.Info // the published volume's mount
+	var want *mountinfo.Info // the published volume's mount
 	if vc.hv.AttachPod != nil && vc.pvName != "" {
 		rel, err := in.findPublished(string(vc.hv.AttachPodUID), vc.pvName)
 		switch refusal := kubevirt.RefusalOf(err); {

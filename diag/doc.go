@@ -20,8 +20,8 @@
 //
 // The mount table is read once per run, with `findmnt --json --list
 // --nofsroot` (FindmntArgs) or from <host-proc>/<host-pid>/mountinfo
-// (mount.ReadTable); ParseFindmnt turns findmnt's JSON into []mount.Info so
-// both feed the same mount.Table and the same logic.
+// (mountinfo.ReadTable); ParseFindmnt turns findmnt's JSON into
+// []mountinfo.Info so both feed the same mountinfo.Table and the same logic.
 //
 // # Verdicts
 //

@@ -16,6 +16,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/propagation"
 )
 
@@ -28,7 +29,7 @@ type inspector struct {
 	// root is the kubelet root resolved in the host namespace: the
 	// spelling of the host's mountinfo.
 	root     kubelet.Root
-	table    *mount.Table
+	table    *mountinfo.Table
 	ns       *isolation.MountNamespace
 	attacher *mount.Attacher
 	nodes    *blockdev.Nodes
@@ -261,7 +262,7 @@ func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir, targ
 // publishedImage finds the disk.img the attachment pod publishes, checked
 // as the agent checks it, and the mount it lives on (nil when the volume is
 // not published). ok is false once f holds a refusal or an error.
-func (in *inspector) publishedImage(v *Volume, f *findings, vc *volumeCtx) (want *mount.Info, wantRoot string, ok bool) {
+func (in *inspector) publishedImage(v *Volume, f *findings, vc *volumeCtx) (want *mountinfo.Info, wantRoot string, ok bool) {
 	if vc.hv.AttachPod == nil || vc.pvName == "" {
 		return nil, "", true
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // Mount table sources for Options.MountSource.
@@ -46,7 +46,7 @@ func FindmntArgs(host isolation.Host) []string {
 // LoadTable reads the mount table of host.PID with findmnt or from its
 // mountinfo, as source says ("auto" prefers findmnt when it is installed),
 // and returns it with the source actually used.
-func LoadTable(ctx context.Context, source string, host isolation.Host) (*mount.Table, string, error) {
+func LoadTable(ctx context.Context, source string, host isolation.Host) (*mountinfo.Table, string, error) {
 	switch source {
 	case MountSourceAuto, "":
 		if _, err := exec.LookPath("findmnt"); err != nil {
@@ -59,18 +59,18 @@ func LoadTable(ctx context.Context, source string, host isolation.Host) (*mount.
 		return nil, "", fmt.Errorf("mount source %q: want %q, %q or %q", source, MountSourceAuto, MountSourceFindmnt, MountSourceMountinfo)
 	}
 	if source == MountSourceMountinfo {
-		t, err := mount.ReadTable(host.MountInfo())
+		t, err := mountinfo.ReadTable(host.MountInfo())
 		return t, source, err
 	}
 	mounts, err := RunFindmnt(ctx, host)
 	if err != nil {
 		return nil, source, err
 	}
-	return mount.NewTable(mounts), source, nil
+	return mountinfo.NewTable(mounts), source, nil
 }
 
 // RunFindmnt runs findmnt (see FindmntArgs) and parses its output.
-func RunFindmnt(ctx context.Context, host isolation.Host) ([]mount.Info, error) {
+func RunFindmnt(ctx context.Context, host isolation.Host) ([]mountinfo.Info, error) {
 	args := FindmntArgs(host)
 	cmd := exec.CommandContext(ctx, "findmnt", args...)
 	var stderr bytes.Buffer
@@ -101,7 +101,7 @@ type findmntEntry struct {
 
 // ParseFindmnt converts `findmnt --json --list` output with FindmntColumns
 // into mount infos in findmnt's (the kernel's) order.
-func ParseFindmnt(data []byte) ([]mount.Info, error) {
+func ParseFindmnt(data []byte) ([]mountinfo.Info, error) {
 	var doc struct {
 		Filesystems []findmntEntry `json:"filesystems"`
 	}
@@ -111,7 +111,7 @@ func ParseFindmnt(data []byte) ([]mount.Info, error) {
 	if doc.Filesystems == nil {
 		return nil, errors.New("decode findmnt json: no \"filesystems\" list")
 	}
-	out := make([]mount.Info, 0, len(doc.Filesystems))
+	out := make([]mountinfo.Info, 0, len(doc.Filesystems))
 	for k, e := range doc.Filesystems {
 		info, err := e.info()
 		if err != nil {
@@ -122,8 +122,8 @@ func ParseFindmnt(data []byte) ([]mount.Info, error) {
 	return out, nil
 }
 
-func (e *findmntEntry) info() (mount.Info, error) {
-	var i mount.Info
+func (e *findmntEntry) info() (mountinfo.Info, error) {
+	var i mountinfo.Info
 	var err error
 	if i.ID, err = looseInt("id", e.ID); err != nil {
 		return i, err
@@ -131,7 +131,7 @@ func (e *findmntEntry) info() (mount.Info, error) {
 	if i.Parent, err = looseInt("parent", e.Parent); err != nil {
 		return i, err
 	}
-	if i.Major, i.Minor, err = mount.ParseDev(str(e.MajMin)); err != nil {
+	if i.Major, i.Minor, err = mountinfo.ParseDev(str(e.MajMin)); err != nil {
 		return i, fmt.Errorf("maj:min: %w", err)
 	}
 	i.Root, i.MountPoint = str(e.FSRoot), str(e.Target)
@@ -161,7 +161,7 @@ func str(p *string) string {
 }
 
 // mountEntry renders m findmnt-style with the number of stacked mounts.
-func mountEntry(m *mount.Info, stacked int) *MountEntry {
+func mountEntry(m *mountinfo.Info, stacked int) *MountEntry {
 	if m == nil {
 		return nil
 	}

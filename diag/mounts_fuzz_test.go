@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // findmntJSON writes infos as findmnt --json --list with FindmntColumns
 // prints them (numbers as JSON numbers, as util-linux 2.37 and later do).
-func findmntJSON(t *testing.T, infos []mount.Info) []byte {
+func findmntJSON(t *testing.T, infos []mountinfo.Info) []byte {
 	t.Helper()
 	type entry map[string]any
 	list := []entry{}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // TestFindmntMatchesMountinfoLive reads this process's live mount table
@@ -47,7 +47,7 @@ func compareLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	fromMountinfo, err := mount.Parse(f)
+	fromMountinfo, err := mountinfo.Parse(f)
 	if err != nil {
 		t.Fatal(err)
 	}

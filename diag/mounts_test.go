@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // sameMounts fails t unless both lists hold the same mounts in the same
-// order, comparing every field of mount.Info (findmnt provides them all).
-func sameMounts(t *testing.T, fromFindmnt, fromMountinfo []mount.Info) {
+// order, comparing every field of mountinfo.Info (findmnt provides them all).
+func sameMounts(t *testing.T, fromFindmnt, fromMountinfo []mountinfo.Info) {
 	t.Helper()
 	if len(fromFindmnt) != len(fromMountinfo) {
 		t.Fatalf("findmnt has %d mounts, mountinfo %d", len(fromFindmnt), len(fromMountinfo))
@@ -38,7 +38,7 @@ func TestParseFindmntMatchesMountinfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromMountinfo, err := mount.Parse(mi)
+	fromMountinfo, err := mountinfo.Parse(mi)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestParseFindmntMatchesMountinfo(t *testing.T) {
 
 	// The captured node has a stack, a deleted source, a path with a
 	// space, and shared, slave-less private and unbindable mounts.
-	tb := mount.NewTable(fromFindmnt)
+	tb := mountinfo.NewTable(fromFindmnt)
 	top, n := tb.Top("/tmp/dg/tree/t c/a.img")
 	if top == nil || n != 2 || top.Root != "/disk.img" {
 		t.Errorf("stacked target: top %+v depth %d, want 2 mounts of /disk.img", top, n)
@@ -62,13 +62,13 @@ func TestParseFindmntMatchesMountinfo(t *testing.T) {
 func TestParseFindmntLoose(t *testing.T) {
 	tests := []struct {
 		name, in string
-		want     mount.Info
+		want     mountinfo.Info
 		wantErr  string
 	}{
 		{
 			name: "numbers as strings, null columns",
 			in:   `{"filesystems":[{"id":"5","parent":"1","maj:min":"8:1","fsroot":"/","target":"/x","source":null,"fstype":"ext4","propagation":"shared,slave","opt-fields":"shared:3 master:2","vfs-options":"rw","fs-options":null}]}`,
-			want: mount.Info{ID: 5, Parent: 1, Major: 8, Minor: 1, Root: "/", MountPoint: "/x", FSType: "ext4", Shared: 3, Master: 2, Options: "rw"},
+			want: mountinfo.Info{ID: 5, Parent: 1, Major: 8, Minor: 1, Root: "/", MountPoint: "/x", FSType: "ext4", Shared: 3, Master: 2, Options: "rw"},
 		},
 		{name: "bad maj:min", in: `{"filesystems":[{"id":1,"parent":0,"maj:min":"x"}]}`, wantErr: "maj:min"},
 		{name: "bad id", in: `{"filesystems":[{"id":"a","parent":0,"maj:min":"0:1"}]}`, wantErr: "id"},

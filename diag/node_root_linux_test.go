@@ -21,6 +21,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/test/cluster"
 	"github.com/hpmount/hpmount/test/simnode"
 )
@@ -98,9 +99,9 @@ func (e *env) disk(name, fstype string, size int64) *simnode.Disk {
 	return d
 }
 
-func (e *env) table() *mount.Table {
+func (e *env) table() *mountinfo.Table {
 	e.t.Helper()
-	tb, err := mount.ReadTable("/proc/self/mountinfo")
+	tb, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	e.must(err)
 	return tb
 }
@@ -154,7 +155,7 @@ func (e *env) mknod(m *vm, vol string, d *simnode.Disk, allow bool) {
 	maj, min, err := d.Rdev()
 	e.must(err)
 	dev := blockdev.Device{Major: maj, Minor: min}
-	t, err := mount.ReadTable("/proc/self/mountinfo")
+	t, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	e.must(err)
 	_, err = mount.InLauncherDir(&mount.Attacher{NS: ns, KubeletRoot: e.node.KubeletRoot}, t, m.targetDir,
 		func(dir *os.File) (blockdev.Device, error) {

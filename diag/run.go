@@ -11,6 +11,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/propagation"
 )
@@ -93,7 +94,7 @@ func validate(o *Options) error {
 	return nil
 }
 
-func newInspector(opts *Options, root kubelet.Root, table *mount.Table, ns *isolation.MountNamespace) *inspector {
+func newInspector(opts *Options, root kubelet.Root, table *mountinfo.Table, ns *isolation.MountNamespace) *inspector {
 	in := &inspector{
 		opts: opts, root: root, table: table, ns: ns, timeout: opts.callTimeout(),
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot()},
@@ -115,11 +116,11 @@ func newInspector(opts *Options, root kubelet.Root, table *mount.Table, ns *isol
 
 // loadTable is LoadTable within the call deadline: findmnt is killed at
 // it, and a read that does not come back is abandoned.
-func loadTable(ctx context.Context, opts *Options) (*mount.Table, string, error) {
+func loadTable(ctx context.Context, opts *Options) (*mountinfo.Table, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.callTimeout())
 	defer cancel()
 	type loaded struct {
-		table  *mount.Table
+		table  *mountinfo.Table
 		source string
 	}
 	l, err := bounded(opts.callTimeout(), "read the mount table", func() (loaded, error) {

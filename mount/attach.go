@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -131,7 +132,7 @@ func inHost[T any](a *Attacher, fn func(s steps) (T, error)) (T, error) {
 //
 // t is the host's mount table, read once for the batch; Attach reads no
 // mountinfo itself.
-func (a *Attacher) Attach(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) Attach(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	return a.attach(t, sourceDir, targetDir, name)
 }
 
@@ -148,14 +149,14 @@ func (a *Attacher) CheckSource(sourceDir string) (int64, error) {
 // mount is busy) and then unlinks the file, provided it is a regular file
 // once nothing is mounted on it. A missing target, or a missing targetDir,
 // is success (Unchanged).
-func (a *Attacher) Detach(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) Detach(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	return a.detach(t, targetDir, name)
 }
 
 // Observe lists the <name>.img regular files in targetDir (relative to
 // KubeletRoot) with what is mounted on each, sorted by name. A missing
 // targetDir has no entries and is not an error.
-func (a *Attacher) Observe(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) Observe(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	return a.observe(t, targetDir)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -39,7 +40,7 @@ type source struct {
 	st unix.Stat_t
 	// vol is the mount of the volume directory, nil when the table does
 	// not know it (a table from before the volume was published).
-	vol *Info
+	vol *mountinfo.Info
 	// root is the path of disk.img inside its filesystem, as mountinfo
 	// shows it for a bind of it (e.g. "/disk.img"); "" when unknown.
 	root string
@@ -52,7 +53,7 @@ type target struct {
 	// top is the mount on the file, nil when not mounted or newer than
 	// the table; depth is the number of mounts stacked there, 0 when
 	// unknown.
-	top   *Info
+	top   *mountinfo.Info
 	depth int
 	id    uint64
 	st    unix.Stat_t
@@ -71,7 +72,7 @@ func deadSource(err error) bool {
 	return false
 }
 
-func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attach(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("attach to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
@@ -94,7 +95,7 @@ func (a *Attacher) checkSource(sourceDir string) (int64, error) {
 	})
 }
 
-func (a *Attacher) attachHere(s steps, t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -140,7 +141,7 @@ func (a *Attacher) attachHere(s steps, t *Table, sourceDir, targetDir, name stri
 // the volume: regular, one link (a second name could be a file outside the
 // volume, hard-linked in by the tenant), and on the volume directory's own
 // mount (not a bind of some host file onto disk.img).
-func (a *Attacher) openSource(t *Table, root *os.File, sourceDir string) (*source, error) {
+func (a *Attacher) openSource(t *mountinfo.Table, root *os.File, sourceDir string) (*source, error) {
 	vol, err := isolation.OpenBeneath(root, sourceDir, isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
 	if err != nil {
 		return nil, fmt.Errorf("volume directory: %w", err)
@@ -189,7 +190,7 @@ func (a *Attacher) openSource(t *Table, root *os.File, sourceDir string) (*sourc
 
 // rootOf is the path inside m's filesystem of hostPath, a path under m's
 // mount point; "" if it is not under it.
-func rootOf(m *Info, hostPath string) string {
+func rootOf(m *mountinfo.Info, hostPath string) string {
 	rel, err := filepath.Rel(m.MountPoint, hostPath)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return ""
@@ -200,7 +201,7 @@ func rootOf(m *Info, hostPath string) string {
 // existingTargetDir opens targetDir beneath the kubelet root as
 // openTargetDir does. A targetDir that does not exist is no directory and
 // no error: there is nothing in it to observe or detach.
-func (a *Attacher) existingTargetDir(t *Table, targetDir string) (*os.File, uint64, error) {
+func (a *Attacher) existingTargetDir(t *mountinfo.Table, targetDir string) (*os.File, uint64, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return nil, 0, err
@@ -226,7 +227,7 @@ func openTarget(dir *os.File, file string) (*os.File, error) {
 // inspectTarget says what is at dir/file. A target that is not a regular
 // file is refused. The fd it used is closed again, since an open fd on a
 // mount would make unmounting it fail with EBUSY.
-func inspectTarget(t *Table, dir *os.File, dirID uint64, file string) (target, error) {
+func inspectTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file string) (target, error) {
 	var tg target
 	f, err := openTarget(dir, file)
 	if errors.Is(err, unix.ENOENT) {
@@ -297,7 +298,7 @@ func as[T ~uint16 | ~uint32 | ~uint64 | ~int32 | ~int64](field T, v uint64) T { 
 // stackOn follows parents from mount id down to the mount of the directory
 // (dirID) and counts the mounts on the way: one for a plain bind, more for a
 // stack. depth is 0 when the table does not reach dirID.
-func stackOn(t *Table, id, dirID uint64) (top *Info, depth int) {
+func stackOn(t *mountinfo.Table, id, dirID uint64) (top *mountinfo.Info, depth int) {
 	top = t.ByID(int(id))
 	for m := top; m != nil; m = t.ByID(m.Parent) {
 		if uint64(m.ID) == dirID {
@@ -354,7 +355,7 @@ func createTarget(s steps, dir *os.File, file string) error {
 // the file on the directory's own mount, and returns how many it removed.
 // The name is resolved from the directory fd, and UMOUNT_NOFOLLOW keeps a
 // symlink swapped in for the file from redirecting the unmount.
-func peel(s steps, t *Table, dir *os.File, dirID uint64, file string) (int, error) {
+func peel(s steps, t *mountinfo.Table, dir *os.File, dirID uint64, file string) (int, error) {
 	where := filepath.Join(dir.Name(), file)
 	byFd := isolation.FdPath(dir) + "/" + file
 	for n := 0; n <= maxPeel; n++ {
@@ -397,7 +398,7 @@ func peel(s steps, t *Table, dir *os.File, dirID uint64, file string) (int, erro
 	return maxPeel, fmt.Errorf("unmount %q: more than %d mounts stacked", where, maxPeel)
 }
 
-func describeMount(t *Table, id uint64) string {
+func describeMount(t *mountinfo.Table, id uint64) string {
 	if m := t.ByID(int(id)); m != nil {
 		return fmt.Sprintf("mount %d (%s[%s] %s)", m.ID, m.Source, m.Root, m.Dev())
 	}
@@ -563,14 +564,14 @@ func (a *Attacher) chown(s steps, f *os.File, st unix.Stat_t) error {
 	return nil
 }
 
-func (a *Attacher) detach(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detach(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("detach from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachHere(s, t, targetDir, name) })
 }
 
-func (a *Attacher) detachHere(s steps, t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachHere(s steps, t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err

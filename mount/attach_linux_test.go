@@ -12,6 +12,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -63,9 +64,9 @@ func must(t testing.TB, err error) {
 	}
 }
 
-func hostTable(t testing.TB) *Table {
+func hostTable(t testing.TB) *mountinfo.Table {
 	t.Helper()
-	tbl, err := ReadTable("/proc/self/mountinfo")
+	tbl, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	must(t, err)
 	return tbl
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -14,15 +15,15 @@ func (a *Attacher) findPublished(podUID, pvName string) (string, error) {
 	return "", fmt.Errorf("find volume %q of pod %q: %w", pvName, podUID, errors.ErrUnsupported)
 }
 
-func (a *Attacher) attach(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attach(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	return "", fmt.Errorf("attach %q to %q: %w", sourceDir, targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) detach(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detach(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	return "", fmt.Errorf("detach %q from %q: %w", name, targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observe(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	return nil, fmt.Errorf("observe %q: %w", targetDir, errors.ErrUnsupported)
 }
 
@@ -30,15 +31,15 @@ func (a *Attacher) checkSource(sourceDir string) (int64, error) {
 	return 0, fmt.Errorf("check %q: %w", sourceDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) attachDir(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachDir(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	return "", fmt.Errorf("attach directory %q to %q: %w", sourceDir, targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) detachDir(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachDir(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	return "", fmt.Errorf("detach directory %q from %q: %w", name, targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) observeDirs(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observeDirs(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	return nil, fmt.Errorf("observe directories in %q: %w", targetDir, errors.ErrUnsupported)
 }
 
@@ -48,10 +49,10 @@ func (a *Attacher) createDiskImage(sourceDir string, capacity int64, overhead fl
 
 func deadSource(error) bool { return false }
 
-func (a *Attacher) openLauncherDir(t *Table, targetDir string) (*os.File, error) {
+func (a *Attacher) openLauncherDir(t *mountinfo.Table, targetDir string) (*os.File, error) {
 	return nil, fmt.Errorf("open %q: %w", targetDir, errors.ErrUnsupported)
 }
 
-func uncover(_ steps, t *Table, dir *os.File, name string) (int, error) {
+func uncover(_ steps, t *mountinfo.Table, dir *os.File, name string) (int, error) {
 	return 0, fmt.Errorf("uncover %q in %q: %w", name, dir.Name(), errors.ErrUnsupported)
 }

@@ -1,6 +1,9 @@
 package mount
 
-import "github.com/hpmount/hpmount/outcome"
+import (
+	"github.com/hpmount/hpmount/mountinfo"
+	"github.com/hpmount/hpmount/outcome"
+)
 
 // Directory volumes: a memory-dump or utility volume is handed to the
 // launcher as a directory, not as a disk image. The mount root of the PVC
@@ -28,7 +31,7 @@ import "github.com/hpmount/hpmount/outcome"
 // refused with isolation.ErrUnsafePath and left alone. A target already
 // carrying exactly one mount of the source is left alone (Unchanged);
 // another, dead or stacked mount is unmounted first (Replaced).
-func (a *Attacher) AttachDir(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) AttachDir(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	return a.attachDir(t, sourceDir, targetDir, name)
 }
 
@@ -36,7 +39,7 @@ func (a *Attacher) AttachDir(t *Table, sourceDir, targetDir, name string) (outco
 // then removes the directory if it is empty; a directory with content is
 // left in place (nothing of it is the agent's). A missing target is
 // Unchanged; a target that is not a directory is refused.
-func (a *Attacher) DetachDir(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) DetachDir(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	return a.detachDir(t, targetDir, name)
 }
 
@@ -45,6 +48,6 @@ func (a *Attacher) DetachDir(t *Table, targetDir, name string) (outcome.Result, 
 // root-owned, unmounted one. A directory with content and no mount is the
 // launcher's own and passed over. Name is the directory's name; Root is
 // the path inside the mounted filesystem ("/" for a PVC's mount root).
-func (a *Attacher) ObserveDirs(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) ObserveDirs(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	return a.observeDirs(t, targetDir)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -21,14 +22,14 @@ type dirSource struct {
 	st unix.Stat_t
 }
 
-func (a *Attacher) attachDir(t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachDir(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("attach directory to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachDirHere(s, t, sourceDir, targetDir, name) })
 }
 
-func (a *Attacher) attachDirHere(s steps, t *Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -90,7 +91,7 @@ func openDirSource(root *os.File, sourceDir string) (*dirSource, error) {
 // inspectDirTarget says what is at dir/file for a directory volume. A
 // target that is not a directory, or an unmounted one that is not an empty
 // root-owned directory, is refused.
-func inspectDirTarget(t *Table, dir *os.File, dirID uint64, file string) (target, error) {
+func inspectDirTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file string) (target, error) {
 	var tg target
 	where := filepath.Join(dir.Name(), file)
 	f, err := openTarget(dir, file)
@@ -221,14 +222,14 @@ func (a *Attacher) chownDir(s steps, dir *os.File, file string, st unix.Stat_t) 
 	return a.chown(s, f, st)
 }
 
-func (a *Attacher) detachDir(t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachDir(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return "", fmt.Errorf("detach directory from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachDirHere(s, t, targetDir, name) })
 }
 
-func (a *Attacher) detachDirHere(s steps, t *Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachDirHere(s steps, t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err
@@ -264,11 +265,11 @@ func (a *Attacher) detachDirHere(s steps, t *Table, targetDir, name string) (out
 	return "", fmt.Errorf("remove target directory %q: %w", where, err)
 }
 
-func (a *Attacher) observeDirs(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observeDirs(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	return inHost(a, func(steps) ([]Observed, error) { return a.observeDirsHere(t, targetDir) })
 }
 
-func (a *Attacher) observeDirsHere(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observeDirsHere(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return nil, err

@@ -1,7 +1,6 @@
 // Package mount owns filesystem-mode hotplug volumes: validating a PVC's
 // disk.img, bind-mounting it onto <volume>.img in the launcher's
-// hotplug-disks directory and unmounting it, and the mount table those
-// decisions are made from.
+// hotplug-disks directory and unmounting it.
 //
 // Directory volumes (memory-dump and utility volumes) are bound the same
 // careful way, but as a directory: the PVC's mount root onto <volume> in
@@ -11,9 +10,10 @@
 // KubeVirt's size, when the agent is told to (ErrNoDiskImage otherwise).
 //
 // The kernel's mountinfo is the only record of what is mounted. One scan
-// (Table) serves a whole batch of volumes: it answers whether a target is
-// mounted, from which device and root, whether mounts are stacked on it, and
-// whether the mounted file's source is gone.
+// (mountinfo.Table, read by the caller) serves a whole batch of volumes:
+// this package asks it whether a target is mounted, from which device and
+// root, whether mounts are stacked on it, and whether the mounted file's
+// source is gone.
 //
 // Grower closes the gap the built-in mounter leaves after an attachment pod
 // is replaced: it finds the filesystem under a launcher's bind by its

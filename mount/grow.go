@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // Online growth of a hotplugged filesystem-mode volume.
@@ -190,7 +191,7 @@ func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int
 // each resize or enlargement and, right before making it, stops if its
 // caller gave up (isolation.Live), since a later check may have decided
 // otherwise from newer facts.
-func (g *Grower) Grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
+func (g *Grower) Grow(t *mountinfo.Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
 	return g.grow(t, targetDir, name, opts)
 }
 
@@ -198,7 +199,7 @@ func (g *Grower) Grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 // of device, filesystem and disk.img, and whether growth is due) without
 // changing anything: no resize call, no write. diag judges a
 // volume through it, by the agent's own measurements.
-func (g *Grower) Measure(t *Table, targetDir, name string) (GrowResult, error) {
+func (g *Grower) Measure(t *mountinfo.Table, targetDir, name string) (GrowResult, error) {
 	return g.grow(t, targetDir, name, GrowOptions{})
 }
 
@@ -207,7 +208,7 @@ func (g *Grower) Measure(t *Table, targetDir, name string) (GrowResult, error) {
 // between a growth's mount and its unmount, as t lists them, and says how
 // many there were. Growth itself mounts nothing any more; the sweep stays so
 // that an upgraded node is cleaned once. Call it at start.
-func (g *Grower) Sweep(t *Table) (int, error) { return g.sweep(t) }
+func (g *Grower) Sweep(t *mountinfo.Table) (int, error) { return g.sweep(t) }
 
 func (g *Grower) ioctls() ResizeIoctls {
 	if g.Ioctls == nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // TestGrowIoctlErrors: what the kernel answers a resize call reaches the
@@ -183,7 +184,7 @@ func runGrowChild(spec string) int {
 		fmt.Println(err)
 		return 1
 	}
-	tab, err := ReadTable("/proc/self/mountinfo")
+	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -261,7 +262,7 @@ func assertUnpinned(t *testing.T, f *growFixture) {
 		}
 	}
 	dev := f.loop.Dev(t)
-	tab, err := ReadTable("/proc/self/mountinfo")
+	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,10 @@ import (
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
-func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
+func (g *Grower) grow(t *mountinfo.Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
 	label := name + ".img"
 	if g.NS == nil {
 		return GrowResult{}, fmt.Errorf("grow %q: no mount namespace to work in", label)
@@ -32,7 +33,7 @@ func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowR
 // filesystem) must not grow anything later from what it measured before,
 // past checks its caller made since, so live is checked right before each
 // change, after the last wait that a freeze can make long.
-func (g *Grower) growInNamespace(live *isolation.Live, t *Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
+func (g *Grower) growInNamespace(live *isolation.Live, t *mountinfo.Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
 	var res GrowResult
 	root, err := isolation.OpenRoot(g.KubeletRoot)
 	if err != nil {
@@ -85,7 +86,7 @@ func (g *Grower) growInNamespace(live *isolation.Live, t *Table, targetDir, labe
 
 // mountedImage checks that target is a mount of a regular file that the
 // table knows, with its source still linked, and returns that mount.
-func mountedImage(t *Table, dir, target *os.File) (*Info, *unix.Stat_t, error) {
+func mountedImage(t *mountinfo.Table, dir, target *os.File) (*mountinfo.Info, *unix.Stat_t, error) {
 	dirID, err := isolation.MountID(dir)
 	if err != nil {
 		return nil, nil, err
@@ -131,7 +132,7 @@ func isExt(fstype string) bool { return strings.HasPrefix(fstype, "ext") }
 // growFilesystem measures the device and the filesystem and, when the device
 // has grown and opts allow, grows the filesystem. It fills res. st is the
 // checked stat of target, the launcher's bind.
-func (g *Grower) growFilesystem(live *isolation.Live, res *GrowResult, info *Info, st *unix.Stat_t, target *os.File, label string, opts GrowOptions) error {
+func (g *Grower) growFilesystem(live *isolation.Live, res *GrowResult, info *mountinfo.Info, st *unix.Stat_t, target *os.File, label string, opts GrowOptions) error {
 	devFile, devPath, err := g.openDevice(info.Major, info.Minor)
 	if err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
@@ -229,7 +230,7 @@ func (g *Grower) resize(live *isolation.Live, fstype string, dev, fsFile *os.Fil
 // bind, or "": a read-only superblock (a ReadOnlyMany claim), or a read-only
 // bind, since the kernel takes write access to the filesystem through the
 // mount the resize call is made on.
-func readOnly(info *Info) string {
+func readOnly(info *mountinfo.Info) string {
 	switch {
 	case hasOption(info.SuperOptions, "ro"):
 		return "the filesystem is read-only"
@@ -328,7 +329,7 @@ func writable(f *os.File) error {
 // through a second mount whose agent was killed between its mount and its
 // unmount left the tenant's filesystem mounted there, pinning the device so
 // that a later detach or NodeUnstage fails with EBUSY.
-func (g *Grower) sweep(t *Table) (int, error) {
+func (g *Grower) sweep(t *mountinfo.Table) (int, error) {
 	if g.NS == nil || g.PrivateDir == "" {
 		return 0, nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 const mib = int64(1 << 20)
@@ -94,7 +95,7 @@ func (r *fakeIoctls) record(f *os.File, c resizeCall) {
 	if err != nil {
 		r.t.Error(err)
 	}
-	tab, err := ReadTable("/proc/self/mountinfo")
+	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func newGrowFixture(t testing.TB, fstype string, size, imageSize int64) *growFix
 
 func (f *growFixture) grow(t testing.TB, opts GrowOptions) (GrowResult, error) {
 	t.Helper()
-	tab, err := ReadTable("/proc/self/mountinfo")
+	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func (f *growFixture) launcherStatfs(t testing.TB) int64 {
 // mountIDs lists the ids of every mount in this namespace.
 func mountIDs(t testing.TB) []int {
 	t.Helper()
-	tab, err := ReadTable("/proc/self/mountinfo")
+	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func mountIDs(t testing.TB) []int {
 // there when the fixture stood, and nothing below the private dir.
 func (f *growFixture) checkMounts(t testing.TB) {
 	t.Helper()
-	tab, err := ReadTable("/proc/self/mountinfo")
+	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +482,7 @@ func TestGrowRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tab, err := ReadTable("/proc/self/mountinfo")
+			tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -528,7 +529,7 @@ func TestSizes(t *testing.T) {
 // cost per filesystem volume (mount table scanned once per batch, outside).
 func BenchmarkGrowCheck(b *testing.B) {
 	f := newGrowFixture(b, "xfs", 400*mib, 16*mib)
-	tab, err := ReadTable("/proc/self/mountinfo")
+	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
-func (g *Grower) grow(t *Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
+func (g *Grower) grow(t *mountinfo.Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
 	return GrowResult{}, fmt.Errorf("grow %q in %q: %w", name+".img", targetDir, errors.ErrUnsupported)
 }
 
@@ -22,4 +24,4 @@ func (KernelIoctls) ResizeExt4(f *os.File, _ uint64) error {
 	return fmt.Errorf("resize ext4 holding %q: %w", f.Name(), errors.ErrUnsupported)
 }
 
-func (g *Grower) sweep(*Table) (int, error) { return 0, errors.ErrUnsupported }
+func (g *Grower) sweep(*mountinfo.Table) (int, error) { return 0, errors.ErrUnsupported }

@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // InLauncherDir runs fn in a's namespace (see Attacher.NS) on the
@@ -20,7 +21,7 @@ import (
 // directory binds, with mount its one owner. The descriptor is opened,
 // handed to fn and closed on the one thread that runs the call, so a call
 // abandoned past its deadline never leaves it behind to be reused.
-func InLauncherDir[T any](a *Attacher, t *Table, targetDir string, fn func(dir *os.File) (T, error)) (T, error) {
+func InLauncherDir[T any](a *Attacher, t *mountinfo.Table, targetDir string, fn func(dir *os.File) (T, error)) (T, error) {
 	return InLauncherDirLive(a, t, targetDir, func(_ *isolation.Live, dir *os.File) (T, error) { return fn(dir) })
 }
 
@@ -29,7 +30,7 @@ func InLauncherDir[T any](a *Attacher, t *Table, targetDir string, fn func(dir *
 // which fn checks before each change (Uncover does), so that a call given
 // up past its deadline changes nothing more. fn is nil-safe with a nil
 // Live, which a's own namespace (NS nil) hands it.
-func InLauncherDirLive[T any](a *Attacher, t *Table, targetDir string, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
+func InLauncherDirLive[T any](a *Attacher, t *mountinfo.Table, targetDir string, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
 	return inHost(a, func(s steps) (T, error) {
 		dir, err := a.openLauncherDir(t, targetDir)
 		if err != nil {
@@ -51,6 +52,6 @@ func InLauncherDirLive[T any](a *Attacher, t *Table, targetDir string, fn func(l
 // blockdev makes, verifies or removes the node (blockdev itself refuses to
 // work through a mount). Call it inside InLauncherDirLive's fn, with its
 // Live: each unmount is made only while the caller still waits.
-func Uncover(live *isolation.Live, t *Table, dir *os.File, name string) (int, error) {
+func Uncover(live *isolation.Live, t *mountinfo.Table, dir *os.File, name string) (int, error) {
 	return uncover(steps{live: live}, t, dir, name)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // A launcher's hotplug-disks is the kubelet's emptyDir: a plain directory
@@ -29,7 +30,7 @@ import (
 // (checkEmptyDirMount), and returns it with the id of the mount it is on.
 // The mount is the opened descriptor's own, so a mount made after the
 // check cannot redirect what the caller then does through it.
-func openTargetDir(t *Table, root *os.File, targetDir string) (*os.File, uint64, error) {
+func openTargetDir(t *mountinfo.Table, root *os.File, targetDir string) (*os.File, uint64, error) {
 	dir, err := isolation.OpenBeneath(root, targetDir, isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
 	if err != nil {
 		return nil, 0, fmt.Errorf("target directory: %w", err)
@@ -76,8 +77,8 @@ func mountIDBeneath(root *os.File, rel string) (uint64, error) {
 // /dev/shm or /run has root "/" too, but its tmpfs is mounted there.
 // A refusal wraps isolation.ErrUnsafePath. A mount the table does not know
 // yet (newer than the batch's read) is an error to retry, not a refusal.
-func checkEmptyDirMount(t *Table, id, podsID uint64, mountPoint, rel string) error {
-	var m *Info
+func checkEmptyDirMount(t *mountinfo.Table, id, podsID uint64, mountPoint, rel string) error {
+	var m *mountinfo.Info
 	if t != nil {
 		m = t.ByID(int(id))
 	}
@@ -102,7 +103,7 @@ func checkEmptyDirMount(t *Table, id, podsID uint64, mountPoint, rel string) err
 	return nil
 }
 
-func (a *Attacher) openLauncherDir(t *Table, targetDir string) (*os.File, error) {
+func (a *Attacher) openLauncherDir(t *mountinfo.Table, targetDir string) (*os.File, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return nil, err
@@ -112,7 +113,7 @@ func (a *Attacher) openLauncherDir(t *Table, targetDir string) (*os.File, error)
 	return dir, err
 }
 
-func uncover(s steps, t *Table, dir *os.File, name string) (int, error) {
+func uncover(s steps, t *mountinfo.Table, dir *os.File, name string) (int, error) {
 	if err := kubelet.ValidName(name); err != nil {
 		return 0, fmt.Errorf("uncover in %q: %w", dir.Name(), err)
 	}

@@ -8,15 +8,17 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hpmount/hpmount/kubelet"
 	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
-func (a *Attacher) observe(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observe(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	return inHost(a, func(steps) ([]Observed, error) { return a.observeHere(t, targetDir) })
 }
 
-func (a *Attacher) observeHere(t *Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observeHere(t *mountinfo.Table, targetDir string) ([]Observed, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return nil, err
@@ -49,7 +51,7 @@ func (a *Attacher) observeHere(t *Table, targetDir string) ([]Observed, error) {
 
 // observeOne describes dir/file; ok is false when it is gone or is not a
 // regular file (those are not targets the agent made).
-func (a *Attacher) observeOne(t *Table, dir *os.File, dirID uint64, file string) (o Observed, ok bool, err error) {
+func (a *Attacher) observeOne(t *mountinfo.Table, dir *os.File, dirID uint64, file string) (o Observed, ok bool, err error) {
 	tg, err := inspectTarget(t, dir, dirID, file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return o, false, nil

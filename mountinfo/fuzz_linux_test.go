@@ -1,4 +1,4 @@
-package mount
+package mountinfo
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moby/sys/mountinfo"
+	moby "github.com/moby/sys/mountinfo"
 )
 
 // addMountinfoSeeds adds every line of the captured tables, and this
@@ -65,7 +65,7 @@ func compareWithMoby(t *testing.T, line string) {
 	if err != nil || len(got) != 1 {
 		return // refused (or blank): nothing to compare
 	}
-	theirs, err := mountinfo.GetMountsFromReader(strings.NewReader(line), nil)
+	theirs, err := moby.GetMountsFromReader(strings.NewReader(line), nil)
 	if err != nil || len(theirs) != 1 {
 		t.Fatalf("we accept %q as %+v; moby: %v (%d mounts)", line, got[0], err, len(theirs))
 	}

@@ -1,4 +1,4 @@
-package mount
+package mountinfo
 
 import (
 	"os"
@@ -6,9 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpmount/hpmount/internal/testutil"
-	"github.com/moby/sys/mountinfo"
+	moby "github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/internal/testutil"
 )
 
 // TestParseMatchesMoby compares the parser with moby/sys/mountinfo field by
@@ -32,7 +33,7 @@ func TestParseMatchesMoby(t *testing.T) {
 				if line == "" {
 					continue
 				}
-				m, err := mountinfo.GetMountsFromReader(strings.NewReader(line), nil)
+				m, err := moby.GetMountsFromReader(strings.NewReader(line), nil)
 				if err != nil {
 					rejected++
 					continue
@@ -52,7 +53,7 @@ func TestParseMatchesMoby(t *testing.T) {
 }
 
 // fromMoby is moby's reading of a line, as an Info.
-func fromMoby(m *mountinfo.Info) Info {
+func fromMoby(m *moby.Info) Info {
 	i := Info{ID: m.ID, Parent: m.Parent, Major: uint32(m.Major), Minor: uint32(m.Minor),
 		Root: m.Root, MountPoint: m.Mountpoint, Options: m.Options,
 		FSType: m.FSType, Source: m.Source, SuperOptions: m.VFSOptions}
@@ -82,7 +83,7 @@ func BenchmarkParse(b *testing.B) {
 	b.Run("moby", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := mountinfo.GetMountsFromReader(strings.NewReader(big), nil); err != nil {
+			if _, err := moby.GetMountsFromReader(strings.NewReader(big), nil); err != nil {
 				b.Fatal(err)
 			}
 		}

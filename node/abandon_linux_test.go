@@ -18,7 +18,7 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -71,7 +71,7 @@ func TestAbandonedAttachBindsNothing(t *testing.T) {
 			waitUnstuck(t, e.ns)
 
 			target := filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)), kubelet.TargetName("fs"))
-			tbl, err := mount.ReadTable("/proc/self/mountinfo")
+			tbl, err := mountinfo.ReadTable("/proc/self/mountinfo")
 			must(t, err)
 			if stack := tbl.At(target); len(stack) != 0 {
 				t.Fatalf("the abandoned attach bound %q after the detach: %+v", target, *stack[len(stack)-1])

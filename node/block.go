@@ -13,6 +13,7 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 	"github.com/hpmount/hpmount/podcgroup"
 )
@@ -32,13 +33,13 @@ import (
 // live before each change it makes (Uncover, and before each call of
 // blockdev that makes, chowns, labels or removes a node): a call given up
 // past its deadline changes nothing more.
-func inHotplugDisks[T any](e *Engine, t *mount.Table, launcher types.UID, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
+func inHotplugDisks[T any](e *Engine, t *mountinfo.Table, launcher types.UID, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
 	return mount.InLauncherDirLive(e.attacher, t, hotplugDisks(launcher), fn)
 }
 
 // blockNodes lists the launcher's block nodes; a missing hotplug-disks has
 // none.
-func (e *Engine) blockNodes(t *mount.Table, launcher types.UID) ([]blockdev.Node, error) {
+func (e *Engine) blockNodes(t *mountinfo.Table, launcher types.UID) ([]blockdev.Node, error) {
 	nodes, err := mount.InLauncherDir(e.attacher, t, hotplugDisks(launcher), e.nodes.Observe)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -48,7 +49,7 @@ func (e *Engine) blockNodes(t *mount.Table, launcher types.UID) ([]blockdev.Node
 
 // uncover removes what is mounted on the launcher's entry name and says
 // whether there was anything.
-func (e *Engine) uncover(t *mount.Table, launcher types.UID, name string) (bool, error) {
+func (e *Engine) uncover(t *mountinfo.Table, launcher types.UID, name string) (bool, error) {
 	n, err := inHotplugDisks(e, t, launcher, func(live *isolation.Live, dir *os.File) (int, error) {
 		return mount.Uncover(live, t, dir, name)
 	})
@@ -62,7 +63,7 @@ type nodeChange struct {
 	dev blockdev.Device
 }
 
-func (e *Engine) attachBlock(t *mount.Table, v agent.DesiredVolume) (outcome.Result, error) {
+func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome.Result, error) {
 	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
 		return e.keepBlock(t, v, fmt.Errorf("block volume %q: %w: no attachment pod publishes it", v.Name, kubelet.ErrNotPublished))
 	}
@@ -133,7 +134,7 @@ func computeOf(v agent.DesiredVolume) blockdev.Container {
 // launcher's device rules, and QEMU's next open gets EPERM. The rule is
 // granted again only for a node confirmed to still name the disk it was
 // made for; a node that is not there stays not published.
-func (e *Engine) keepBlock(t *mount.Table, v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
+func (e *Engine) keepBlock(t *mountinfo.Table, v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
 	dev, err := inHotplugDisks(e, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (blockdev.Device, error) {
 		if _, err := mount.Uncover(live, t, dir, v.Name); err != nil {
 			return blockdev.Device{}, err
@@ -162,7 +163,7 @@ func (e *Engine) keepBlock(t *mount.Table, v agent.DesiredVolume, notPublished e
 
 // detachBlock removes what is mounted on the launcher's node name, then the
 // node, then the rule of its device unless another node still uses it.
-func (e *Engine) detachBlock(t *mount.Table, launcher types.UID, name string) (outcome.Result, error) {
+func (e *Engine) detachBlock(t *mountinfo.Table, launcher types.UID, name string) (outcome.Result, error) {
 	did, err := inHotplugDisks(e, t, launcher, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
 		if _, err := mount.Uncover(live, t, dir, name); err != nil {
 			return nodeChange{}, err
@@ -184,7 +185,7 @@ func (e *Engine) detachBlock(t *mount.Table, launcher types.UID, name string) (o
 
 // denyUnlessUsed drops the launcher's rule for dev unless another of its
 // nodes still points at dev. A launcher whose cgroup is gone needs nothing.
-func (e *Engine) denyUnlessUsed(t *mount.Table, launcher types.UID, dev blockdev.Device) error {
+func (e *Engine) denyUnlessUsed(t *mountinfo.Table, launcher types.UID, dev blockdev.Device) error {
 	nodes, err := e.blockNodes(t, launcher)
 	if err != nil {
 		return err

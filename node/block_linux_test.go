@@ -19,7 +19,7 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -96,7 +96,7 @@ func hostFacts(t *testing.T, p string) string {
 // mountPoints lists the namespace's mount points.
 func mountPoints(t *testing.T) []string {
 	t.Helper()
-	tb, err := mount.ReadTable("/proc/self/mountinfo")
+	tb, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	must(t, err)
 	var points []string
 	for _, m := range tb.Mounts() {

@@ -10,6 +10,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -19,7 +20,7 @@ const CreateDiskImagesFlag = "--create-disk-images"
 
 // observeDirs lists the launcher's directory volumes (memory-dump and
 // utility volumes) and asks the launcher whether it sees each healthy one.
-func (e *Engine) observeDirs(t *mount.Table, launcher types.UID) ([]agent.ObservedVolume, error) {
+func (e *Engine) observeDirs(t *mountinfo.Table, launcher types.UID) ([]agent.ObservedVolume, error) {
 	dirs, err := e.attacher.ObserveDirs(t, hotplugDisks(launcher))
 	if err != nil {
 		return nil, err
@@ -42,7 +43,7 @@ func (e *Engine) observeDirs(t *mount.Table, launcher types.UID) ([]agent.Observ
 }
 
 // attachDir binds the published PVC's root onto hotplug-disks/<volume>.
-func (e *Engine) attachDir(t *mount.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+func (e *Engine) attachDir(t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
 	r, err := e.attacher.AttachDir(t, src, hotplugDisks(v.LauncherUID), v.Name)
 	if err != nil || !r.Changed() {
 		return r, refusal(err)
@@ -53,7 +54,7 @@ func (e *Engine) attachDir(t *mount.Table, v agent.DesiredVolume, src string) (o
 // attachFile binds disk.img, first creating it if it is missing and the
 // engine may (Config.CreateDiskImages). A created image makes the result
 // Created.
-func (e *Engine) attachFile(t *mount.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+func (e *Engine) attachFile(t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
 	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
 	if errors.Is(err, mount.ErrNoDiskImage) {
 		if !e.createImages {

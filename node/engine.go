@@ -15,6 +15,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/propagation"
@@ -98,7 +99,7 @@ func (e *Engine) Close() {
 // the private directory (versions that grew through a private mount, killed
 // mid-growth; growth now mounts nothing) and says how many.
 func (e *Engine) SweepGrowthLeftovers() (int, error) {
-	t, err := mount.ReadTable(e.host.MountInfo())
+	t, err := mountinfo.ReadTable(e.host.MountInfo())
 	if err != nil {
 		return 0, err
 	}
@@ -156,7 +157,7 @@ func (e *Engine) CheckPropagation(context.Context) error {
 	if !e.gateAt.IsZero() && time.Since(e.gateAt) < gateTTL {
 		return e.gateErr
 	}
-	t, err := mount.ReadTable(e.host.MountInfo())
+	t, err := mountinfo.ReadTable(e.host.MountInfo())
 	if err == nil {
 		err = propagation.CheckShared(t, e.root.Abs(kubelet.PodsDir))
 	}
@@ -167,7 +168,7 @@ func (e *Engine) CheckPropagation(context.Context) error {
 // gateTTL is how long a propagation verdict is kept.
 const gateTTL = 30 * time.Second
 
-type tableSnapshot struct{ t *mount.Table }
+type tableSnapshot struct{ t *mountinfo.Table }
 
 func (s tableSnapshot) Entries() int { return s.t.Len() }
 
@@ -176,7 +177,7 @@ func (s tableSnapshot) Unparsed() (int, error) {
 	return k.Lines, k.First
 }
 
-func table(s agent.Snapshot) (*mount.Table, error) {
+func table(s agent.Snapshot) (*mountinfo.Table, error) {
 	ts, ok := s.(tableSnapshot)
 	if !ok || ts.t == nil {
 		return nil, fmt.Errorf("snapshot %T is not a mount table", s)
@@ -186,7 +187,7 @@ func table(s agent.Snapshot) (*mount.Table, error) {
 
 // Snapshot reads the host's mountinfo once.
 func (e *Engine) Snapshot(ctx context.Context) (agent.Snapshot, error) {
-	t, err := mount.ReadTable(e.host.MountInfo())
+	t, err := mountinfo.ReadTable(e.host.MountInfo())
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 	"github.com/hpmount/hpmount/podcgroup"
 )
@@ -329,7 +329,7 @@ func TestSweepGrowthLeftovers(t *testing.T) {
 		t.Fatalf("leftover mount point still there: %v", err)
 	}
 	// The device is free again: nothing holds it mounted.
-	t2, err := mount.ReadTable("/proc/self/mountinfo")
+	t2, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	must(t, err)
 	if got := t2.ByDevice(uint32(unix.Major(fs.Dev(t))), uint32(unix.Minor(fs.Dev(t)))); len(got) != 0 {
 		t.Fatalf("the device is still mounted: %+v", got)

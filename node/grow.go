@@ -14,6 +14,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // growMemo remembers, per target, the last growth check that found nothing
@@ -70,7 +71,7 @@ func (m *growMemo) forget(k growKey) {
 // target and its device's size are what they were at the last check that
 // found nothing to grow. The mount comes from the batch's mount table and
 // the size from sysfs: no file of the volume is opened.
-func (e *Engine) quickGrow(t *mount.Table, v agent.DesiredVolume) (agent.GrowResult, grown, bool) {
+func (e *Engine) quickGrow(t *mountinfo.Table, v agent.DesiredVolume) (agent.GrowResult, grown, bool) {
 	now := grown{capacity: v.CapacityBytes, overhead: v.FilesystemOverhead}
 	if e.grow.DiskImages {
 		return agent.GrowResult{}, now, false // the image's target moves with the free space
@@ -189,7 +190,7 @@ func busy(err error) error {
 	return err
 }
 
-func (e *Engine) blockSize(t *mount.Table, launcher types.UID, name string) (agent.GrowResult, error) {
+func (e *Engine) blockSize(t *mountinfo.Table, launcher types.UID, name string) (agent.GrowResult, error) {
 	nodes, err := e.blockNodes(t, launcher)
 	if err != nil {
 		return agent.GrowResult{}, err

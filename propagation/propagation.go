@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // NotSharedError says that a host path lives on a mount that is not shared,
@@ -76,7 +76,7 @@ func (e *NotSlaveError) Error() string {
 
 // CheckShared returns nil when path lives on a shared mount of t, and a
 // *NotSharedError naming the mount, its propagation and the fix otherwise.
-func CheckShared(t *mount.Table, path string) error {
+func CheckShared(t *mountinfo.Table, path string) error {
 	m := t.Containing(path)
 	if m == nil {
 		return fmt.Errorf("no mount in the table contains %q", path)
@@ -92,7 +92,7 @@ func CheckShared(t *mount.Table, path string) error {
 // hostPath: the host mount is shared, and the launcher mount is a slave of
 // its peer group or a peer in it. Otherwise it returns a *NotSharedError for
 // the host side or a *NotSlaveError for the launcher side.
-func CheckSlaveOf(host, launcherView *mount.Table, hostPath, launcherPath string) error {
+func CheckSlaveOf(host, launcherView *mountinfo.Table, hostPath, launcherPath string) error {
 	if err := CheckShared(host, hostPath); err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/internal/testutil"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // TestLauncherViewIsSlave checks real tables: a directory made shared before
@@ -47,15 +47,15 @@ func TestLauncherViewIsSlave(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	host, err := mount.ReadTable("/proc/self/mountinfo")
+	host, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := mount.Parse(strings.NewReader(l.MountInfo(t)))
+	view, err := mountinfo.Parse(strings.NewReader(l.MountInfo(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	launcher := mount.NewTable(view)
+	launcher := mountinfo.NewTable(view)
 
 	pods := filepath.Join(shared, "pods")
 	if err := CheckShared(host, pods); err != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 const (
@@ -14,9 +14,9 @@ const (
 	inLauncher  = "/var/run/kubevirt/hotplug-disks"
 )
 
-func table(t *testing.T, name string) *mount.Table {
+func table(t *testing.T, name string) *mountinfo.Table {
 	t.Helper()
-	tbl, err := mount.ReadTable("testdata/" + name)
+	tbl, err := mountinfo.ReadTable("testdata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestCheckSlaveOf(t *testing.T) {
 			}
 		})
 	}
-	if err := CheckSlaveOf(table(t, "host-shared.mountinfo"), mount.NewTable(nil), hostHotplug, inLauncher); err == nil {
+	if err := CheckSlaveOf(table(t, "host-shared.mountinfo"), mountinfo.NewTable(nil), hostHotplug, inLauncher); err == nil {
 		t.Fatal("empty launcher table passed")
 	}
 }

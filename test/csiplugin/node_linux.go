@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hpmount/hpmount/internal/sandbox"
-	"github.com/hpmount/hpmount/mount"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/hpmount/hpmount/internal/sandbox"
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // stage attaches v's backing file and, for a filesystem volume, mounts it
@@ -240,7 +242,7 @@ func deviceNumber(dev string) (uint64, error) {
 
 // topMount returns what a lookup of path reaches if path is a mount point
 // of this mount namespace, else nil. A missing path is no mount point.
-func topMount(path string) (*mount.Info, error) {
+func topMount(path string) (*mountinfo.Info, error) {
 	resolved, err := filepath.EvalSymlinks(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -248,7 +250,7 @@ func topMount(path string) (*mount.Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve %q: %w", path, err)
 	}
-	table, err := mount.ReadTable("/proc/self/mountinfo")
+	table, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +261,7 @@ func topMount(path string) (*mount.Info, error) {
 // mountedFrom judges a path that has a mount on it: the device's
 // filesystem is success (the call was made before), anything else is
 // refused rather than stacked on.
-func mountedFrom(top *mount.Info, err error, path string, rdev uint64) error {
+func mountedFrom(top *mountinfo.Info, err error, path string, rdev uint64) error {
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/hpmount/hpmount/diag"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 func title(s string) {
@@ -89,7 +89,7 @@ func (d *demo) showLauncher() error {
 	ls, mi, _ := strings.Cut(out, "----\n")
 	sub("launcher view (inside its mount namespace): ls -ln $HP")
 	block(d.short(ls))
-	mounts, _, err := mount.ParseLenient(strings.NewReader(mi))
+	mounts, _, err := mountinfo.ParseLenient(strings.NewReader(mi))
 	if err != nil {
 		return fmt.Errorf("parse the launcher's mountinfo: %w", err)
 	}

@@ -25,12 +25,14 @@ type rule struct {
 var rules = []rule{
 	{[]string{"isolation"}, []string{"..."}, "isolation is the bottom layer: it imports no project package"},
 	{[]string{"podcgroup"}, []string{"..."}, "podcgroup finds cgroups and processes; it knows nothing else of the project"},
-	{[]string{"mount", "blockdev", "kubelet", "kubevirt", "outcome", "propagation", "isolation", "podcgroup"},
+	{[]string{"mountinfo"}, []string{"..."}, "mountinfo parses the kernel's mount table; it imports nothing of the project"},
+	{[]string{"propagation"}, []string{"mount"}, "propagation reads mount tables through mountinfo, never through the mounting code"},
+	{[]string{"mount", "mountinfo", "blockdev", "kubelet", "kubevirt", "outcome", "propagation", "isolation", "podcgroup"},
 		[]string{"agent", "diag", "metrics", "node", "cmd/..."}, "the node-side building blocks never reach up to the control loop, diag or metrics"},
-	{[]string{"kubelet"}, []string{"mount", "blockdev", "kubevirt", "propagation"}, "kubelet knows paths, not what is done with them"},
+	{[]string{"kubelet"}, []string{"mount", "mountinfo", "blockdev", "kubevirt", "propagation"}, "kubelet knows paths, not what is done with them"},
 	{[]string{"kubevirt"}, []string{"mount", "blockdev", "propagation"}, "kubevirt judges objects; it never touches the node"},
 	{[]string{"diag"}, []string{"agent", "node", "metrics"}, "diag shares rules with the agent through kubevirt and kubelet, never through the controller"},
-	{[]string{"agent"}, []string{"mount", "blockdev", "node", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
+	{[]string{"agent"}, []string{"mount", "mountinfo", "blockdev", "node", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
 	{[]string{"..."}, []string{"cmd/..."}, "nothing imports a command"},
 }
 
@@ -105,7 +107,7 @@ func violations(g graph, rules []rule) []string {
 
 func TestDependencyRules(t *testing.T) {
 	g := loadGraph(t)
-	for _, want := range []string{"agent", "diag", "kubelet", "kubevirt", "node", "mount", "blockdev", "isolation", "cmd/hpmount"} {
+	for _, want := range []string{"agent", "diag", "kubelet", "kubevirt", "node", "mount", "mountinfo", "blockdev", "isolation", "cmd/hpmount"} {
 		if _, ok := g[want]; !ok {
 			t.Fatalf("go list did not report package %q; got %v", want, g)
 		}
@@ -120,6 +122,9 @@ func TestDependencyRules(t *testing.T) {
 func TestRulesCatchViolations(t *testing.T) {
 	for _, tc := range []struct{ from, dep string }{
 		{"isolation", "kubelet"},
+		{"mountinfo", "isolation"},
+		{"propagation", "mount"},
+		{"agent", "mountinfo"},
 		{"mount", "agent"},
 		{"blockdev", "metrics"},
 		{"kubevirt", "diag"},
@@ -136,7 +141,7 @@ func TestRulesCatchViolations(t *testing.T) {
 			t.Errorf("%s → %s is not caught", tc.from, tc.dep)
 		}
 	}
-	if v := violations(graph{"agent": {"kubevirt", "kubelet", "outcome"}, "node": {"agent", "mount", "blockdev"}}, rules); len(v) != 0 {
+	if v := violations(graph{"agent": {"kubevirt", "kubelet", "outcome"}, "node": {"agent", "mount", "mountinfo", "blockdev"}, "propagation": {"mountinfo"}}, rules); len(v) != 0 {
 		t.Errorf("allowed dependencies reported: %v", v)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
@@ -390,7 +391,7 @@ func stormVMs(vols []*stormVol) []*vm {
 
 // desiredThere checks one desired volume: a single bind of its own disk.img,
 // or a node of its own device.
-func desiredThere(table *mount.Table, v *vm, vol simnode.Volume) error {
+func desiredThere(table *mountinfo.Table, v *vm, vol simnode.Volume) error {
 	major, minor, err := v.Disks[vol.Name].Rdev()
 	if err != nil {
 		return err
@@ -421,7 +422,7 @@ func desiredThere(table *mount.Table, v *vm, vol simnode.Volume) error {
 // directory, in a hotplug-disks directory but a desired target, or of a
 // volume's filesystem anywhere but a desired target and the kubelet's own
 // publish directories.
-func strayMounts(e *env, table *mount.Table, vols []*stormVol, allowed map[string]bool) error {
+func strayMounts(e *env, table *mountinfo.Table, vols []*stormVol, allowed map[string]bool) error {
 	private := filepath.Clean(node.DefaultConfig().PrivateDir) + "/"
 	devs := map[string]string{}
 	for _, sv := range vols {

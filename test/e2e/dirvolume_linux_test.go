@@ -17,6 +17,7 @@ import (
 
 	"github.com/hpmount/hpmount/diag"
 	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
 )
@@ -171,7 +172,7 @@ func (e *env) applyShaped(v *vm) {
 // dirBound says whether exactly one mount, of a filesystem's root, is on
 // the directory target.
 func dirBound(target string) error {
-	t, err := mount.ReadTable("/proc/self/mountinfo")
+	t, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hpmount/hpmount/internal/testutil"
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/test/cluster"
 	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
@@ -102,7 +102,7 @@ func (e *env) eventually(what string, timeout time.Duration, f func() error) {
 }
 
 // table reads the simulated host's mount table.
-func (e *env) table() *mount.Table {
+func (e *env) table() *mountinfo.Table {
 	e.t.Helper()
 	t, err := harness.HostTable()
 	e.must(err)

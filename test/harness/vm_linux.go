@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -217,7 +217,7 @@ func (v *VM) Target(vol simnode.Volume) string {
 }
 
 // HostTable reads the simulated host's mount table.
-func HostTable() (*mount.Table, error) { return mount.ReadTable("/proc/self/mountinfo") }
+func HostTable() (*mountinfo.Table, error) { return mountinfo.ReadTable("/proc/self/mountinfo") }
 
 // MountID is the id of the single disk.img bind on a filesystem volume's
 // target, or an error saying what is there instead.

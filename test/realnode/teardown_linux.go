@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/test/csiplugin"
 )
 
@@ -157,7 +157,7 @@ func shimPids(socket string) ([]int, error) {
 // unmountUnder detaches every mount at or below dir in this mount
 // namespace, deepest first.
 func unmountUnder(dir string) error {
-	table, err := mount.ReadTable("/proc/self/mountinfo")
+	table, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}

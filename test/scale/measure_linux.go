@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
@@ -147,7 +147,7 @@ func changingOps(m metrics) float64 {
 // checkNode holds the node to the desired state: every filesystem target
 // mounted exactly once, every block node a block device.
 func (e *env) checkNode() error {
-	t, err := mount.ReadTable("/proc/self/mountinfo")
+	t, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (e *env) checkNode() error {
 	return nil
 }
 
-func checkTarget(t *mount.Table, target string, vol simnode.Volume) error {
+func checkTarget(t *mountinfo.Table, target string, vol simnode.Volume) error {
 	if vol.Block {
 		var st unix.Stat_t
 		if err := unix.Lstat(target, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
@@ -458,7 +458,7 @@ func toggle(v *vm, removed map[*vm][]simnode.Volume) {
 
 // matches reports whether the launchers of vms hold exactly their spec.
 func (e *env) matches(vms []*vm, removed map[*vm][]simnode.Volume) bool {
-	t, err := mount.ReadTable("/proc/self/mountinfo")
+	t, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
 		return false
 	}

@@ -1,0 +1,17 @@
+// Package mountinfo owns reading the kernel's mount table: the parser of
+// /proc/<pid>/mountinfo text (Parse, ParseLenient, on any io.Reader) and
+// Table, one scan indexed by mount id, mount point (bottom of a stack
+// first), device and containing mount, which a whole batch of decisions is
+// made from.
+//
+// Lines are decoded exactly as show_mountinfo writes them, octal escapes
+// included; a line not in that format is refused, never guessed at, and
+// ReadTable skips it and records it (Skipped) so that one odd mount does
+// not stop every decision on a node.
+//
+// It refuses everything else: it mounts nothing, opens no path but the
+// table it is asked to read, and knows nothing of the kubelet, KubeVirt or
+// what hpmount mounts. It imports no package of the project, so that every
+// package that only reads mounts (propagation, diag, node) can depend on
+// it without depending on the mounting code.
+package mountinfo

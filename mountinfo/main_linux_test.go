@@ -1,0 +1,11 @@
+package mountinfo
+
+import (
+	"testing"
+
+	"github.com/hpmount/hpmount/internal/testutil"
+)
+
+// TestReadTableOddMounts mounts tmpfs and file binds; the binary re-runs
+// itself in a private mount namespace so none of that reaches the machine.
+func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
