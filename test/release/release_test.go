@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/chart/loader"
+
 	"github.com/hpmount/hpmount/test/manifests"
 )
 
@@ -213,6 +215,13 @@ func checkChart(t *testing.T, dist string, opts Options) {
 		t.Errorf("index entry %+v; archive sha256 %s (%v)", e[0], sum, err)
 	}
 	checkArchiveTimes(t, archive, opts.Date)
+	c, err := loader.Load(archive)
+	if err != nil {
+		t.Fatalf("helm's loader: %v", err)
+	}
+	if c.Metadata.AppVersion != opts.Version || len(c.Templates) == 0 || c.Schema == nil {
+		t.Errorf("the packaged chart: appVersion %q, %d templates, schema %d bytes", c.Metadata.AppVersion, len(c.Templates), len(c.Schema))
+	}
 }
 
 // checkArchiveTimes: two builds in the same second would hide a clock
