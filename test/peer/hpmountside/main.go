@@ -22,10 +22,14 @@ import (
 
 // Request is what the peer test asks for.
 type Request struct {
-	// Op is "attach" (the default) or "grow".
-	Op          string                `json:"op"`
-	KubeletRoot string                `json:"kubeletRoot"`
-	CgroupRoot  string                `json:"cgroupRoot"`
+	// Op is "attach" (the default), "grow" or "detach" (what the agent
+	// does to a launcher that must hold nothing: every observed volume of
+	// the request's launchers whose name is in the request is detached).
+	Op          string `json:"op"`
+	KubeletRoot string `json:"kubeletRoot"`
+	CgroupRoot  string `json:"cgroupRoot"`
+	// CgroupMode is blockdev's mode; empty is v1.
+	CgroupMode  blockdev.CgroupMode   `json:"cgroupMode"`
 	LauncherDir string                `json:"launcherDir"`
 	Volumes     []agent.DesiredVolume `json:"volumes"`
 }
@@ -54,7 +58,10 @@ func run() error {
 	cfg := node.DefaultConfig()
 	// The peer node's PID 1 is the test itself, in the node's namespace.
 	cfg.Host = isolation.Host{Proc: "/proc", PID: 1}
-	cfg.KubeletRoot, cfg.CgroupRoot, cfg.CgroupMode = req.KubeletRoot, req.CgroupRoot, blockdev.CgroupV1
+	cfg.KubeletRoot, cfg.CgroupRoot, cfg.CgroupMode = req.KubeletRoot, req.CgroupRoot, req.CgroupMode
+	if cfg.CgroupMode == "" {
+		cfg.CgroupMode = blockdev.CgroupV1
+	}
 	cfg.LauncherDir = req.LauncherDir
 	e, err := node.New(cfg)
 	if err != nil {
@@ -65,6 +72,13 @@ func run() error {
 	snap, err := e.Snapshot(ctx)
 	if err != nil {
 		return err
+	}
+	if req.Op == "detach" {
+		out, err := detach(ctx, e, snap, req.Volumes)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(out)
 	}
 	var out []Result
 	for _, v := range req.Volumes {
@@ -88,4 +102,27 @@ func run() error {
 		out = append(out, res)
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// detach detaches what the engine observes of vols in their launchers.
+func detach(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume) ([]Result, error) {
+	var out []Result
+	for _, v := range vols {
+		observed, err := e.Observe(ctx, snap, v.LauncherUID)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range observed {
+			if o.Name != v.Name {
+				continue
+			}
+			r, err := e.Detach(ctx, snap, v.LauncherUID, o)
+			res := Result{Name: v.Name, Outcome: string(r)}
+			if err != nil {
+				res.Error = err.Error()
+			}
+			out = append(out, res)
+		}
+	}
+	return out, nil
 }
