@@ -74,6 +74,6 @@ func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, tar
 
 // observedDir is the agent's observation of one directory target.
 func (in *inspector) observedDir(targetDir, name string) (*mount.Observed, error) {
-	all, err := in.attacher.ObserveDirs(in.table, targetDir)
+	all, err := in.attacher.ObserveDirs(in.table, targetDir, kubelet.ReadDirTargets)
 	return named(all, name), lookingAt("list the directory binds in "+in.hostPath(targetDir), err)
 }

@@ -194,7 +194,7 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 		f.refused = unsafeTarget(v.Target, e.kind, "a regular file")
 		return
 	}
-	obs, err := in.observed(targetDir, v.Volume)
+	obs, err := in.observed(targetDir, file)
 	if err != nil {
 		f.err = err
 		return
@@ -315,7 +315,7 @@ func (in *inspector) observed(targetDir, name string) (*mount.Observed, error) {
 	return named(all, name), err
 }
 
-// named is the observation of name among all, nil if none.
+// named is the observation of the target name among all, nil if none.
 func named(all []mount.Observed, name string) *mount.Observed {
 	for i := range all {
 		if all[i].Name == name {
@@ -331,7 +331,7 @@ func (in *inspector) observeDir(targetDir string) ([]mount.Observed, error) {
 	if got, ok := in.observedDirs[targetDir]; ok {
 		return got.all, got.err
 	}
-	all, err := in.attacher.Observe(in.table, targetDir)
+	all, err := in.attacher.Observe(in.table, targetDir, kubelet.ReadFileTargets)
 	err = lookingAt("list the binds in "+in.hostPath(targetDir), err)
 	if err != nil && !stuck(err) {
 		return nil, err
@@ -346,7 +346,7 @@ func (in *inspector) observeDir(targetDir string) ([]mount.Observed, error) {
 // measure fills the sizes of a live filesystem mount through the agent's
 // Grower, read-only.
 func (in *inspector) measure(v *Volume, f *findings, targetDir string) {
-	res, err := in.grower.Measure(in.table, targetDir, v.Volume)
+	res, err := in.grower.Measure(in.table, targetDir, kubelet.TargetName(v.Volume))
 	if abandoned(f, lookingAt("measure sizes", err)) {
 		return
 	}

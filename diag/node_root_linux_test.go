@@ -115,7 +115,7 @@ func (e *env) attachFS(m *vm, vol, pv string, d *simnode.Disk, attach bool) stri
 	rel, err := kubelet.FindPublished(kubelet.Root{Path: e.node.KubeletRoot}, string(m.attach), pv)
 	e.must(err)
 	if attach {
-		_, err = a.Attach(e.table(), rel, m.targetDir, vol)
+		_, err = a.Attach(e.table(), rel, m.targetDir, kubelet.TargetName(vol))
 		e.must(err)
 	}
 	return rel

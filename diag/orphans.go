@@ -85,16 +85,16 @@ func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry,
 		return nil, err
 	}
 	for _, o := range imgs {
-		if !o.Mounted || want[o.Name] {
+		if vol, _ := kubelet.FileTargetVolume(o.Name); !o.Mounted || want[vol] {
 			continue
 		}
-		target := in.hostPath(path.Join(dir, kubelet.TargetName(o.Name)))
+		target := in.hostPath(path.Join(dir, o.Name))
 		m := in.table.ByID(o.MountID)
 		if m == nil {
 			m, _ = in.table.Top(target)
 		}
 		out = append(out, OrphanEntry{
-			LauncherPodUID: uid, Name: kubelet.TargetName(o.Name), Kind: "mount", Target: target,
+			LauncherPodUID: uid, Name: o.Name, Kind: "mount", Target: target,
 			Mount: mountEntry(m, o.Depth), Device: o.Dev, Verdict: Orphan, Hint: orphanHint("mount", target),
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/test/simnode"
@@ -78,7 +79,7 @@ func TestStaleOpen(t *testing.T) {
 	e.must(unix.Unmount(target, unix.MNT_DETACH))
 	e.must(e.node.UnpublishFilesystem(string(m.attach), "pv-fsq"))
 	rel := e.attachFS(m, "fsq", "pv-fsq", e.disk("fsq-b", "ext4", 32<<20), false)
-	_, err = (&mount.Attacher{KubeletRoot: e.node.KubeletRoot}).Attach(e.table(), rel, m.targetDir, "fsq")
+	_, err = (&mount.Attacher{KubeletRoot: e.node.KubeletRoot}).Attach(e.table(), rel, m.targetDir, kubelet.TargetName("fsq"))
 	e.must(err)
 	r2 := e.disk("blkq-2", "", 16<<20)
 	e.must(e.node.UnpublishBlock(string(m.attach), "pv-blkq"))

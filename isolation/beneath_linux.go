@@ -17,8 +17,12 @@ var openat2Missing atomic.Bool
 
 // OpenRoot opens a trusted directory, such as the kubelet root, as an O_PATH
 // descriptor that later lookups are confined beneath. Symlinks in this path
-// are the operator's and are followed.
+// are the operator's and are followed. A relative path is refused: it would
+// name a different directory in each caller's working directory.
 func OpenRoot(path string) (*os.File, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("root %q is not absolute", path)
+	}
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open root %q: %w", path, err)

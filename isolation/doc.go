@@ -26,5 +26,8 @@
 // values back only through CallLive's result, never through memory the
 // caller reads. A call given up before it started never starts.
 //
+// ValidName is the one check that a name about to be resolved beneath a
+// directory fd is a single plain path component.
+//
 // It refuses any knowledge of kubelet layouts, KubeVirt or mounts.
 package isolation

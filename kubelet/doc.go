@@ -12,7 +12,9 @@
 //     pods/<uid>/volumeDevices/<plugin>/<pv> to the CSI publish file
 //     plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<uid>;
 //   - listing the pods that have a hotplug-disks directory;
-//   - the one validator for volume and target names;
+//   - the rule for volume names (ValidName: one path component, by
+//     isolation.ValidName, short enough for <volume>.img) and the listers
+//     of the targets in hotplug-disks (ReadFileTargets, ReadDirTargets);
 //   - the one resolution of the root in the host's mount namespace
 //     (ResolveRoot): mountinfo spells mount points with symlinks resolved,
 //     so a /var/lib/kubelet that is a link must be resolved where the host

@@ -2,7 +2,6 @@ package kubelet
 
 import (
 	"errors"
-	"fmt"
 	"path"
 	"strings"
 
@@ -16,9 +15,8 @@ const DefaultRoot = "/var/lib/kubelet"
 // single path component in hotplug-disks.
 const MaxVolumeNameLen = 200
 
-// maxComponentLen is the kernel's NAME_MAX, the bound of a pod UID or a PV
-// name as a directory name.
-const maxComponentLen = 255
+// maxComponentLen bounds a pod UID or a PV name as a directory name.
+const maxComponentLen = isolation.MaxNameLen
 
 // HotplugDisksVolume is the name of the launcher's emptyDir volume that
 // hpmount fills; KubeVirt names it so.
@@ -72,6 +70,11 @@ func CSIPublishFile(pv, podUID string) string {
 // hotplug-disks: <volume>.img. A block volume's node is the volume's name.
 func TargetName(volume string) string { return volume + ".img" }
 
+// FileTargetVolume is TargetName's inverse: the volume whose filesystem
+// target is the entry file of hotplug-disks, and whether file is named as
+// one.
+func FileTargetVolume(file string) (string, bool) { return strings.CutSuffix(file, ".img") }
+
 // DirTargetName is the name of a directory volume's target in
 // hotplug-disks (a memory-dump or utility volume): the volume's name, a
 // directory onto which the PVC's mount root is bound, as KubeVirt's
@@ -79,46 +82,20 @@ func TargetName(volume string) string { return volume + ".img" }
 func DirTargetName(volume string) string { return volume }
 
 // ValidName refuses a volume name that cannot be one plain file name in
-// hotplug-disks. The names come from the VMI, which a tenant writes; a
+// hotplug-disks (isolation.ValidName), or is too long for <name>.img to
+// stay short. The names come from the VMI, which a tenant writes; a
 // refusal wraps isolation.ErrUnsafePath.
 func ValidName(name string) error {
-	return validComponent("volume name", name, MaxVolumeNameLen)
+	return isolation.ValidName("volume name", name, MaxVolumeNameLen)
 }
-
-// validComponent validates s as one path component that a tenant or the
-// API may have shaped: non-empty, not "." or "..", no "/" or NUL, at most
-// max bytes. A refusal wraps isolation.ErrUnsafePath.
-func validComponent(what, s string, max int) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%s is empty: %w", what, isolation.ErrUnsafePath)
-	case s == "." || s == "..":
-		return fmt.Errorf("%s %q: %w: not a file name", what, s, isolation.ErrUnsafePath)
-	case strings.IndexByte(s, 0) >= 0:
-		return fmt.Errorf("%s %q: %w: contains NUL", what, s, isolation.ErrUnsafePath)
-	case strings.IndexByte(s, '/') >= 0:
-		return fmt.Errorf("%s %q: %w: contains \"/\"", what, s, isolation.ErrUnsafePath)
-	case strings.IndexFunc(s, isControl) >= 0:
-		// No name KubeVirt or the kubelet makes has one (volume names are
-		// DNS labels on the attachment pod); a newline or escape in a
-		// file name forges lines in logs, Events and diag's table.
-		return fmt.Errorf("%s %q: %w: contains a control character", what, s, isolation.ErrUnsafePath)
-	case len(s) > max:
-		return fmt.Errorf("%s %.40q...: %w: %d bytes, at most %d", what, s, isolation.ErrUnsafePath, len(s), max)
-	}
-	return nil
-}
-
-// isControl reports whether r is an ASCII control character (C0 or DEL).
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // validPodVolume validates a pod UID and a PV name before they become
 // path components.
 func validPodVolume(podUID, pvName string) error {
-	if err := validComponent("pod uid", podUID, maxComponentLen); err != nil {
+	if err := isolation.ValidName("pod uid", podUID, maxComponentLen); err != nil {
 		return err
 	}
-	return validComponent("volume name", pvName, maxComponentLen)
+	return isolation.ValidName("volume name", pvName, maxComponentLen)
 }
 
 // LauncherDir is a pod directory that has a hotplug-disks emptyDir.

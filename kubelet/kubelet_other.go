@@ -43,3 +43,13 @@ func LauncherDirs(r Root) ([]LauncherDir, error) {
 func ReadTargets(dir *os.File) ([]fs.DirEntry, bool, error) {
 	return nil, false, fmt.Errorf("list %q: %w", dir.Name(), errors.ErrUnsupported)
 }
+
+// ReadFileTargets is only supported on Linux.
+func ReadFileTargets(dir *os.File) ([]fs.DirEntry, error) {
+	return nil, fmt.Errorf("list %q: %w", dir.Name(), errors.ErrUnsupported)
+}
+
+// ReadDirTargets is only supported on Linux.
+func ReadDirTargets(dir *os.File) ([]fs.DirEntry, error) {
+	return nil, fmt.Errorf("list %q: %w", dir.Name(), errors.ErrUnsupported)
+}

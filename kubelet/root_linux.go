@@ -41,9 +41,6 @@ func ResolveRoot(ns *isolation.MountNamespace, configured string) (Root, error) 
 // call, in the caller's namespace, so that a root remounted meanwhile is
 // seen as it is now.
 func (r Root) open() (*os.File, error) {
-	if !filepath.IsAbs(r.Path) {
-		return nil, fmt.Errorf("kubelet root %q is not absolute", r.Path)
-	}
 	return isolation.OpenRoot(r.Path)
 }
 

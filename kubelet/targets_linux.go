@@ -20,10 +20,35 @@ const readBatch = 256
 // reports truncated, so that a million names cost one pass, not a million
 // stats on every reconcile.
 func ReadTargets(dir *os.File) (entries []fs.DirEntry, truncated bool, err error) {
+	return readTargets(dir, IsTargetName)
+}
+
+// ReadFileTargets is ReadTargets of the entries named as a filesystem
+// volume's target (<volume>.img, FileTargetVolume). It is the listing
+// mount.Attacher.Observe is handed.
+func ReadFileTargets(dir *os.File) ([]fs.DirEntry, error) {
+	entries, _, err := readTargets(dir, func(name string) bool {
+		_, ok := FileTargetVolume(name)
+		return ok && IsTargetName(name)
+	})
+	return entries, err
+}
+
+// ReadDirTargets is ReadTargets of the entries named as a directory
+// volume's target (a valid volume name, DirTargetName). It is the listing
+// mount.Attacher.ObserveDirs is handed.
+func ReadDirTargets(dir *os.File) ([]fs.DirEntry, error) {
+	entries, _, err := readTargets(dir, func(name string) bool { return ValidName(name) == nil })
+	return entries, err
+}
+
+// readTargets lists the entries of dir that keep accepts, as ReadTargets
+// describes.
+func readTargets(dir *os.File, keep func(name string) bool) (entries []fs.DirEntry, truncated bool, err error) {
 	for {
 		batch, err := dir.ReadDir(readBatch)
 		for _, e := range batch {
-			if !IsTargetName(e.Name()) {
+			if !keep(e.Name()) {
 				continue
 			}
 			if len(entries) == MaxTargets {

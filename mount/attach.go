@@ -2,17 +2,20 @@ package mount
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
 
-// Filesystem-mode attach: the file disk.img that the kubelet published for the
-// attachment pod is bind-mounted onto <name>.img in the launcher's
-// hotplug-disks emptyDir, in the host mount namespace. Every path is resolved
-// beneath the kubelet root with symlinks refused and then used only through
-// its file descriptor. The calls are idempotent: the kernel's mount table (a
+// Filesystem-mode attach: the file disk.img that the kubelet published for
+// the attachment pod is bind-mounted onto a target file in the launcher's
+// hotplug-disks emptyDir, under the name the caller gives (the kubelet
+// package names it: <volume>.img), in the host mount namespace. Every path
+// is resolved beneath the kubelet root with symlinks refused and then used
+// only through its file descriptor. The calls are idempotent: the kernel's mount table (a
 // Table read once per batch) and the fds decide what is there, and a target
 // that already carries the right mount is left alone without a syscall that
 // changes anything.
@@ -44,9 +47,10 @@ type Attacher struct {
 	BeforeChange func(step string)
 }
 
-// Observed is one <name>.img found in a hotplug-disks directory.
+// Observed is one target found in a hotplug-disks directory.
 type Observed struct {
-	// Name is the volume name: the file name without ".img".
+	// Name is the target's name in the directory, as the Lister listed
+	// it (for a file bind kubelet.TargetName of the volume).
 	Name string
 	// Mounted reports whether anything is mounted on the file.
 	Mounted bool
@@ -115,10 +119,12 @@ func inHost[T any](a *Attacher, fn func(s steps) (T, error)) (T, error) {
 	return isolation.CallLive(a.NS, func(l *isolation.Live) (T, error) { return fn(steps{l, a.BeforeChange}) })
 }
 
-// Attach bind-mounts sourceDir/disk.img onto targetDir/<name>.img, both
+// Attach bind-mounts sourceDir/disk.img onto targetDir/file, both
 // relative to KubeletRoot: sourceDir is the volume directory
 // kubelet.FindPublished returned, targetDir the launcher's
-// pods/<L>/volumes/kubernetes.io~empty-dir/hotplug-disks.
+// pods/<L>/volumes/kubernetes.io~empty-dir/hotplug-disks, and file the
+// target's name there (kubelet.TargetName), which must be one plain file
+// name (isolation.ValidName).
 //
 // disk.img must be a regular file with a single link on the volume
 // directory's own mount; the target directory and an existing target must
@@ -132,8 +138,8 @@ func inHost[T any](a *Attacher, fn func(s steps) (T, error)) (T, error) {
 //
 // t is the host's mount table, read once for the batch; Attach reads no
 // mountinfo itself.
-func (a *Attacher) Attach(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
-	return a.attach(t, sourceDir, targetDir, name)
+func (a *Attacher) Attach(t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
+	return a.attach(t, sourceDir, targetDir, file)
 }
 
 // CheckSource applies Attach's checks of sourceDir/disk.img (regular file,
@@ -145,19 +151,25 @@ func (a *Attacher) CheckSource(sourceDir string) (int64, error) {
 	return a.checkSource(sourceDir)
 }
 
-// Detach unmounts everything mounted on targetDir/<name>.img (lazily when a
+// Detach unmounts everything mounted on targetDir/file (lazily when a
 // mount is busy) and then unlinks the file, provided it is a regular file
 // once nothing is mounted on it. A missing target, or a missing targetDir,
 // is success (Unchanged).
-func (a *Attacher) Detach(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
-	return a.detach(t, targetDir, name)
+func (a *Attacher) Detach(t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
+	return a.detach(t, targetDir, file)
 }
 
-// Observe lists the <name>.img regular files in targetDir (relative to
-// KubeletRoot) with what is mounted on each, sorted by name. A missing
-// targetDir has no entries and is not an error.
-func (a *Attacher) Observe(t *mountinfo.Table, targetDir string) ([]Observed, error) {
-	return a.observe(t, targetDir)
+// Lister lists the entries of an opened hotplug-disks directory that its
+// caller names as targets of one kind, sorted by name: mount makes and
+// reads the targets it is told of and derives no name itself.
+// kubelet.ReadFileTargets and kubelet.ReadDirTargets are the listers.
+type Lister func(dir *os.File) ([]fs.DirEntry, error)
+
+// Observe lists the regular files among the entries list returns for
+// targetDir (relative to KubeletRoot), with what is mounted on each. A
+// missing targetDir has no entries and is not an error.
+func (a *Attacher) Observe(t *mountinfo.Table, targetDir string, list Lister) ([]Observed, error) {
+	return a.observe(t, targetDir, list)
 }
 
 // DeadSource reports an error that means the filesystem behind a mount is

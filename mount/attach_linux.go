@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -46,7 +45,7 @@ type source struct {
 	root string
 }
 
-// target is what lookup of <name>.img in hotplug-disks reaches.
+// target is what lookup of the target name in hotplug-disks reaches.
 type target struct {
 	exists  bool
 	mounted bool
@@ -72,11 +71,11 @@ func deadSource(err error) bool {
 	return false
 }
 
-func (a *Attacher) attach(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
-	if err := kubelet.ValidName(name); err != nil {
+func (a *Attacher) attach(t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
+	if err := validTarget(file); err != nil {
 		return "", fmt.Errorf("attach to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachHere(s, t, sourceDir, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachHere(s, t, sourceDir, targetDir, file) })
 }
 
 func (a *Attacher) checkSource(sourceDir string) (int64, error) {
@@ -95,7 +94,7 @@ func (a *Attacher) checkSource(sourceDir string) (int64, error) {
 	})
 }
 
-func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -111,7 +110,6 @@ func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir,
 		return "", err
 	}
 	defer dir.Close()
-	file := kubelet.TargetName(name)
 	where := filepath.Join(dir.Name(), file)
 	tg, err := inspectTarget(t, dir, dirID, file)
 	if err != nil {
@@ -564,20 +562,19 @@ func (a *Attacher) chown(s steps, f *os.File, st unix.Stat_t) error {
 	return nil
 }
 
-func (a *Attacher) detach(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
-	if err := kubelet.ValidName(name); err != nil {
+func (a *Attacher) detach(t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
+	if err := validTarget(file); err != nil {
 		return "", fmt.Errorf("detach from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachHere(s, t, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachHere(s, t, targetDir, file) })
 }
 
-func (a *Attacher) detachHere(s steps, t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachHere(s steps, t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err
 	}
 	defer dir.Close()
-	file := kubelet.TargetName(name)
 	where := filepath.Join(dir.Name(), file)
 	tg, err := inspectTarget(t, dir, dirID, file)
 	if err != nil {
@@ -618,7 +615,13 @@ func (a *Attacher) detachHere(s steps, t *mountinfo.Table, targetDir, name strin
 // opened per call, in the host namespace, so that a kubelet root remounted
 // meanwhile is seen as it is now.
 func openKubeletRoot(path string) (*os.File, error) {
-	return kubelet.Root{Path: path}.Open()
+	return isolation.OpenRoot(path)
+}
+
+// validTarget refuses a target name that is not one plain file name in
+// hotplug-disks; the caller names the target, mount only checks it.
+func validTarget(file string) error {
+	return isolation.ValidName("target name", file, isolation.MaxNameLen)
 }
 
 // ignoreUnsafe drops a refusal of tenant content, keeping other errors.

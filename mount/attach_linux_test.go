@@ -3,8 +3,10 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,6 +66,20 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// listFiles and listDirs are the listers the tests hand Observe and
+// ObserveDirs: the entries named as file targets (*.img), and every entry,
+// sorted by name. The agent's own listers are the kubelet package's.
+func listFiles(dir *os.File) ([]fs.DirEntry, error) {
+	all, err := listDirs(dir)
+	return slices.DeleteFunc(all, func(e fs.DirEntry) bool { return !strings.HasSuffix(e.Name(), ".img") }), err
+}
+
+func listDirs(dir *os.File) ([]fs.DirEntry, error) {
+	all, err := dir.ReadDir(-1)
+	slices.SortFunc(all, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return all, err
+}
+
 func hostTable(t testing.TB) *mountinfo.Table {
 	t.Helper()
 	tbl, err := mountinfo.ReadTable("/proc/self/mountinfo")
@@ -113,7 +129,7 @@ func TestAttachLifecycle(t *testing.T) {
 				l := testutil.StartLauncher(t)
 				target := n.path(launchDir, "vol-a.img")
 
-				res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a")
+				res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a.img")
 				if err != nil || res != outcome.Mounted {
 					t.Fatalf("attach: %v %v, want Mounted", res, err)
 				}
@@ -122,7 +138,7 @@ func TestAttachLifecycle(t *testing.T) {
 					t.Fatalf("open_tree missing = %v after attach", openTreeMissing.Load())
 				}
 
-				res, err = n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a")
+				res, err = n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a.img")
 				if err != nil || res != outcome.Unchanged {
 					t.Fatalf("attach again: %v %v, want Unchanged", res, err)
 				}
@@ -152,10 +168,10 @@ func TestAttachLifecycle(t *testing.T) {
 					t.Fatalf("launcher sees %d mounts on %q, want 1", c, target)
 				}
 
-				obs, err := n.a.Observe(hostTable(t), launchDir)
+				obs, err := n.a.Observe(hostTable(t), launchDir, listFiles)
 				must(t, err)
 				dev := n.loop.Dev(t)
-				want := Observed{Name: "vol-a", Mounted: true, Depth: 1, MountID: id,
+				want := Observed{Name: "vol-a.img", Mounted: true, Depth: 1, MountID: id,
 					Dev: fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev)), Root: "/disk.img"}
 				if len(obs) != 1 || obs[0] != want {
 					t.Fatalf("observe: %+v, want [%+v]", obs, want)
@@ -166,7 +182,7 @@ func TestAttachLifecycle(t *testing.T) {
 				busy, err := os.Open(target)
 				must(t, err)
 				defer busy.Close()
-				res, err = n.a.Detach(hostTable(t), launchDir, "vol-a")
+				res, err = n.a.Detach(hostTable(t), launchDir, "vol-a.img")
 				if err != nil || res != outcome.Removed {
 					t.Fatalf("detach: %v %v, want Removed", res, err)
 				}
@@ -182,11 +198,11 @@ func TestAttachLifecycle(t *testing.T) {
 				if _, err := os.Stat(n.path(hpVolDir, "disk.img")); err != nil {
 					t.Fatalf("disk.img gone after detach: %v", err)
 				}
-				res, err = n.a.Detach(hostTable(t), launchDir, "vol-a")
+				res, err = n.a.Detach(hostTable(t), launchDir, "vol-a.img")
 				if err != nil || res != outcome.Unchanged {
 					t.Fatalf("detach again: %v %v, want Unchanged", res, err)
 				}
-				obs, err = n.a.Observe(hostTable(t), launchDir)
+				obs, err = n.a.Observe(hostTable(t), launchDir, listFiles)
 				if err != nil || len(obs) != 0 {
 					t.Fatalf("observe after detach: %+v %v", obs, err)
 				}
@@ -256,22 +272,22 @@ func TestAttachRepairsLeftovers(t *testing.T) {
 			name := strings.ReplaceAll(tc.name, " ", "-")
 			target := n.path(launchDir, name+".img")
 			tc.setup(t, target)
-			obs, err := n.a.Observe(hostTable(t), launchDir)
+			obs, err := n.a.Observe(hostTable(t), launchDir, listFiles)
 			must(t, err)
-			o := findObserved(obs, name)
+			o := findObserved(obs, name+".img")
 			if o == nil || o.Depth != tc.wantDepth || o.Stacked != (tc.wantDepth > 1) || o.SourceGone != tc.wantSourceGone {
 				t.Fatalf("observe %q before repair: %+v, want depth %d, source gone %v", name, o, tc.wantDepth, tc.wantSourceGone)
 			}
-			res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, name)
+			res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, name+".img")
 			if err != nil || res != tc.want {
 				t.Fatalf("attach: %v %v, want %v", res, err, tc.want)
 			}
 			n.wantSingleBind(t, name)
-			res, err = n.a.Attach(hostTable(t), hpVolDir, launchDir, name)
+			res, err = n.a.Attach(hostTable(t), hpVolDir, launchDir, name+".img")
 			if err != nil || res != outcome.Unchanged {
 				t.Fatalf("attach after repair: %v %v, want Unchanged", res, err)
 			}
-			_, err = n.a.Detach(hostTable(t), launchDir, name)
+			_, err = n.a.Detach(hostTable(t), launchDir, name+".img")
 			must(t, err)
 		})
 	}
@@ -292,21 +308,21 @@ func findObserved(obs []Observed, name string) *Observed {
 
 func TestObserveSourceGoneBySysfs(t *testing.T) {
 	n := newNode(t, "ext4")
-	_, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "v")
+	_, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "v.img")
 	must(t, err)
-	obs, err := n.a.Observe(hostTable(t), launchDir)
+	obs, err := n.a.Observe(hostTable(t), launchDir, listFiles)
 	must(t, err)
 	if len(obs) != 1 || obs[0].SourceGone {
 		t.Fatalf("observe with real /sys: %+v", obs)
 	}
 	// A sysfs without the loop device's entry: the device is gone.
 	n.a.SysRoot = t.TempDir()
-	obs, err = n.a.Observe(hostTable(t), launchDir)
+	obs, err = n.a.Observe(hostTable(t), launchDir, listFiles)
 	must(t, err)
 	if len(obs) != 1 || !obs[0].SourceGone {
 		t.Fatalf("observe with empty sysfs: %+v, want source gone", obs)
 	}
-	if obs, err := n.a.Observe(hostTable(t), "pods/none/volumes/kubernetes.io~empty-dir/hotplug-disks"); err != nil || obs != nil {
+	if obs, err := n.a.Observe(hostTable(t), "pods/none/volumes/kubernetes.io~empty-dir/hotplug-disks", listFiles); err != nil || obs != nil {
 		t.Fatalf("observe missing dir: %+v %v", obs, err)
 	}
 }
@@ -386,7 +402,7 @@ func TestAttachRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := tc.setup(t)
 			before := hostTable(t).Len()
-			res, err := n.a.Attach(hostTable(t), src, launchDir, tc.name)
+			res, err := n.a.Attach(hostTable(t), src, launchDir, tc.name+".img")
 			n.wantRefused(t, res, err, tc.name, before)
 			if _, err := os.Lstat(n.path(launchDir, tc.name+".img")); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("refused attach created the target: %v", err)
@@ -419,7 +435,7 @@ func TestAttachRefuses(t *testing.T) {
 		must(t, os.Mkdir(victim, 0o755))
 		must(t, os.Symlink(victim, n.path(hp)))
 		before := hostTable(t).Len()
-		res, err := n.a.Attach(hostTable(t), hpVolDir, hp, "v")
+		res, err := n.a.Attach(hostTable(t), hpVolDir, hp, "v.img")
 		n.wantRefused(t, res, err, hp, before)
 		if entries, _ := os.ReadDir(victim); len(entries) != 0 {
 			t.Fatalf("refused attach wrote into %q: %v", victim, entries)
@@ -430,12 +446,12 @@ func TestAttachRefuses(t *testing.T) {
 		link := n.path(launchDir, "link.img")
 		must(t, os.Symlink(secret, link))
 		before := hostTable(t).Len()
-		res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "link")
+		res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "link.img")
 		n.wantRefused(t, res, err, "link.img", before)
 		if s := hostTable(t).At(secret); len(s) != 0 {
 			t.Fatalf("attach mounted over the link's target %q", secret)
 		}
-		res, err = n.a.Detach(hostTable(t), launchDir, "link")
+		res, err = n.a.Detach(hostTable(t), launchDir, "link.img")
 		n.wantRefused(t, res, err, "link.img", before)
 		if _, err := os.Lstat(link); err != nil {
 			t.Fatalf("refused detach removed the symlink: %v", err)
@@ -448,9 +464,9 @@ func TestAttachRefuses(t *testing.T) {
 	t.Run("target directory", func(t *testing.T) {
 		must(t, os.Mkdir(n.path(launchDir, "dir.img"), 0o755))
 		before := hostTable(t).Len()
-		res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "dir")
+		res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "dir.img")
 		n.wantRefused(t, res, err, "dir.img", before)
-		obs, err := n.a.Observe(hostTable(t), launchDir)
+		obs, err := n.a.Observe(hostTable(t), launchDir, listFiles)
 		must(t, err)
 		if len(obs) != 0 {
 			t.Fatalf("observe reported non-files: %+v", obs)
@@ -481,19 +497,19 @@ func (n *node) wantRefused(t *testing.T, res outcome.Result, err error, mention 
 func BenchmarkAttach(b *testing.B) {
 	n := newNode(b, "ext4")
 	b.Run("already-attached", func(b *testing.B) {
-		_, err := n.a.Attach(hostTable(b), hpVolDir, launchDir, "bench")
+		_, err := n.a.Attach(hostTable(b), hpVolDir, launchDir, "bench.img")
 		must(b, err)
 		tbl := hostTable(b)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench")
+			res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench.img")
 			if err != nil || res != outcome.Unchanged {
 				b.Fatalf("%v %v", res, err)
 			}
 		}
 		b.StopTimer()
-		_, err = n.a.Detach(hostTable(b), launchDir, "bench")
+		_, err = n.a.Detach(hostTable(b), launchDir, "bench.img")
 		must(b, err)
 	})
 	b.Run("already-attached/caller-namespace", func(b *testing.B) {
@@ -501,18 +517,18 @@ func BenchmarkAttach(b *testing.B) {
 		// what the hop costs.
 		direct := *n.a
 		direct.NS = nil
-		_, err := direct.Attach(hostTable(b), hpVolDir, launchDir, "bench")
+		_, err := direct.Attach(hostTable(b), hpVolDir, launchDir, "bench.img")
 		must(b, err)
 		tbl := hostTable(b)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			if res, err := direct.Attach(tbl, hpVolDir, launchDir, "bench"); err != nil || res != outcome.Unchanged {
+			if res, err := direct.Attach(tbl, hpVolDir, launchDir, "bench.img"); err != nil || res != outcome.Unchanged {
 				b.Fatalf("%v %v", res, err)
 			}
 		}
 		b.StopTimer()
-		_, err = direct.Detach(hostTable(b), launchDir, "bench")
+		_, err = direct.Detach(hostTable(b), launchDir, "bench.img")
 		must(b, err)
 	})
 	b.Run("attach+detach", func(b *testing.B) {
@@ -520,10 +536,10 @@ func BenchmarkAttach(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			if res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench"); err != nil || res != outcome.Mounted {
+			if res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench.img"); err != nil || res != outcome.Mounted {
 				b.Fatalf("attach: %v %v", res, err)
 			}
-			if res, err := n.a.Detach(tbl, launchDir, "bench"); err != nil || res != outcome.Removed {
+			if res, err := n.a.Detach(tbl, launchDir, "bench.img"); err != nil || res != outcome.Removed {
 				b.Fatalf("detach: %v %v", res, err)
 			}
 		}
@@ -537,21 +553,21 @@ func BenchmarkAttach(b *testing.B) {
 // of failing every reconcile of its VMI and every diag of the node.
 func TestDeadSourceIsObservedAndDetached(t *testing.T) {
 	n := newNode(t, "xfs")
-	_, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "dead")
+	_, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "dead.img")
 	must(t, err)
 	testutil.Run(t, "xfs_io", "-x", "-c", "shutdown", n.path(hpVolDir))
 	var st unix.Stat_t
 	if err := unix.Stat(n.path(launchDir, "dead.img"), &st); !errors.Is(err, unix.EIO) {
 		t.Fatalf("stat of the target after the shutdown = %v, want EIO", err)
 	}
-	obs, err := n.a.Observe(hostTable(t), launchDir)
+	obs, err := n.a.Observe(hostTable(t), launchDir, listFiles)
 	if err != nil {
 		t.Fatalf("observe: %v", err)
 	}
-	if len(obs) != 1 || !obs[0].Mounted || !obs[0].SourceGone || obs[0].Name != "dead" {
+	if len(obs) != 1 || !obs[0].Mounted || !obs[0].SourceGone || obs[0].Name != "dead.img" {
 		t.Fatalf("observed %+v, want the dead mount of dead.img", obs)
 	}
-	res, err := n.a.Detach(hostTable(t), launchDir, "dead")
+	res, err := n.a.Detach(hostTable(t), launchDir, "dead.img")
 	if err != nil || res != outcome.Removed {
 		t.Fatalf("detach = %v, %v; want removed", res, err)
 	}

@@ -23,7 +23,7 @@ func (a *Attacher) detach(t *mountinfo.Table, targetDir, name string) (outcome.R
 	return "", fmt.Errorf("detach %q from %q: %w", name, targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) observe(t *mountinfo.Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observe(t *mountinfo.Table, targetDir string, _ Lister) ([]Observed, error) {
 	return nil, fmt.Errorf("observe %q: %w", targetDir, errors.ErrUnsupported)
 }
 
@@ -39,7 +39,7 @@ func (a *Attacher) detachDir(t *mountinfo.Table, targetDir, name string) (outcom
 	return "", fmt.Errorf("detach directory %q from %q: %w", name, targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) observeDirs(t *mountinfo.Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observeDirs(t *mountinfo.Table, targetDir string, _ Lister) ([]Observed, error) {
 	return nil, fmt.Errorf("observe directories in %q: %w", targetDir, errors.ErrUnsupported)
 }
 

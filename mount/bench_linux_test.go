@@ -17,10 +17,10 @@ func BenchmarkBind(b *testing.B) {
 		tbl := hostTable(b)
 		b.ReportAllocs()
 		for b.Loop() {
-			if res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench"); err != nil || res != outcome.Mounted {
+			if res, err := n.a.Attach(tbl, hpVolDir, launchDir, "bench.img"); err != nil || res != outcome.Mounted {
 				b.Fatalf("attach: %v %v", res, err)
 			}
-			if res, err := n.a.Detach(tbl, launchDir, "bench"); err != nil || res != outcome.Removed {
+			if res, err := n.a.Detach(tbl, launchDir, "bench.img"); err != nil || res != outcome.Removed {
 				b.Fatalf("detach: %v %v", res, err)
 			}
 		}

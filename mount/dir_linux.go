@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -22,14 +21,14 @@ type dirSource struct {
 	st unix.Stat_t
 }
 
-func (a *Attacher) attachDir(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
-	if err := kubelet.ValidName(name); err != nil {
+func (a *Attacher) attachDir(t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
+	if err := validTarget(file); err != nil {
 		return "", fmt.Errorf("attach directory to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachDirHere(s, t, sourceDir, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachDirHere(s, t, sourceDir, targetDir, file) })
 }
 
-func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return "", err
@@ -45,7 +44,6 @@ func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetD
 		return "", err
 	}
 	defer dir.Close()
-	file := kubelet.DirTargetName(name)
 	tg, err := inspectDirTarget(t, dir, dirID, file)
 	if err != nil {
 		return "", err
@@ -222,20 +220,19 @@ func (a *Attacher) chownDir(s steps, dir *os.File, file string, st unix.Stat_t) 
 	return a.chown(s, f, st)
 }
 
-func (a *Attacher) detachDir(t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
-	if err := kubelet.ValidName(name); err != nil {
+func (a *Attacher) detachDir(t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
+	if err := validTarget(file); err != nil {
 		return "", fmt.Errorf("detach directory from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
-	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachDirHere(s, t, targetDir, name) })
+	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachDirHere(s, t, targetDir, file) })
 }
 
-func (a *Attacher) detachDirHere(s steps, t *mountinfo.Table, targetDir, name string) (outcome.Result, error) {
+func (a *Attacher) detachDirHere(s steps, t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return outcome.Unchanged, err
 	}
 	defer dir.Close()
-	file := kubelet.DirTargetName(name)
 	where := filepath.Join(dir.Name(), file)
 	tg, err := inspectDirTarget(t, dir, dirID, file)
 	if err != nil && !(tg.exists && !tg.mounted && errors.Is(err, isolation.ErrUnsafePath) && tg.st.Mode&unix.S_IFMT == unix.S_IFDIR) {
@@ -265,23 +262,23 @@ func (a *Attacher) detachDirHere(s steps, t *mountinfo.Table, targetDir, name st
 	return "", fmt.Errorf("remove target directory %q: %w", where, err)
 }
 
-func (a *Attacher) observeDirs(t *mountinfo.Table, targetDir string) ([]Observed, error) {
-	return inHost(a, func(steps) ([]Observed, error) { return a.observeDirsHere(t, targetDir) })
+func (a *Attacher) observeDirs(t *mountinfo.Table, targetDir string, list Lister) ([]Observed, error) {
+	return inHost(a, func(steps) ([]Observed, error) { return a.observeDirsHere(t, targetDir, list) })
 }
 
-func (a *Attacher) observeDirsHere(t *mountinfo.Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observeDirsHere(t *mountinfo.Table, targetDir string, list Lister) ([]Observed, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return nil, err
 	}
 	defer dir.Close()
-	entries, _, err := kubelet.ReadTargets(dir)
+	entries, err := list(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []Observed
 	for _, e := range entries {
-		if !e.IsDir() || kubelet.ValidName(e.Name()) != nil {
+		if !e.IsDir() || validTarget(e.Name()) != nil {
 			continue
 		}
 		tg, err := inspectDirTarget(t, dir, dirID, e.Name())

@@ -65,12 +65,12 @@ func TestAttachDirLifecycle(t *testing.T) {
 				}
 			}
 
-			obs, err := n.a.ObserveDirs(hostTable(t), launchDir)
+			obs, err := n.a.ObserveDirs(hostTable(t), launchDir, listDirs)
 			must(t, err)
 			if len(obs) != 1 || obs[0].Name != "dump" || !obs[0].Mounted || obs[0].Depth != 1 || obs[0].Root != "/" || obs[0].MountID != id {
 				t.Fatalf("observe: %+v, want dump mounted once at / (mount %d)", obs, id)
 			}
-			if files, err := n.a.Observe(hostTable(t), launchDir); err != nil || len(files) != 0 {
+			if files, err := n.a.Observe(hostTable(t), launchDir, listFiles); err != nil || len(files) != 0 {
 				t.Fatalf("file observe lists the directory: %+v %v", files, err)
 			}
 
@@ -211,7 +211,7 @@ func TestDetachDirKeepsContent(t *testing.T) {
 	if _, err := os.Stat(target + "/under"); err != nil {
 		t.Fatalf("the directory with content went: %v", err)
 	}
-	if obs, err := n.a.ObserveDirs(hostTable(t), launchDir); err != nil || len(obs) != 0 {
+	if obs, err := n.a.ObserveDirs(hostTable(t), launchDir, listDirs); err != nil || len(obs) != 0 {
 		t.Fatalf("observe lists the launcher's own directory: %+v %v", obs, err)
 	}
 }

@@ -1,9 +1,9 @@
 // Package mount owns filesystem-mode hotplug volumes: validating a PVC's
-// disk.img, bind-mounting it onto <volume>.img in the launcher's
+// disk.img, bind-mounting it onto its target file in the launcher's
 // hotplug-disks directory and unmounting it.
 //
 // Directory volumes (memory-dump and utility volumes) are bound the same
-// careful way, but as a directory: the PVC's mount root onto <volume> in
+// careful way, but as a directory: the PVC's mount root onto a directory in
 // hotplug-disks (AttachDir, DetachDir, ObserveDirs), never recursively, and
 // the bind made private so that nothing mounted inside the PVC follows it.
 // CreateDiskImage makes a missing disk.img, exclusively, sparse and of
@@ -36,7 +36,12 @@
 // the checked descriptor, and Uncover removes whatever is mounted on a
 // block node's name (never hpmount's) without touching what is bound.
 //
-// It refuses kubelet paths of its own: where a volume is published and
-// where a launcher's hotplug-disks is are the kubelet package's answers,
-// handed in as directories relative to the kubelet root.
+// It refuses kubelet paths and names of its own: where a volume is
+// published, where a launcher's hotplug-disks is, and what a volume's
+// target there is called (<volume>.img, <volume>) are the kubelet
+// package's answers, handed in by the caller as directories relative to
+// the kubelet root and as target names, which mount only checks to be one
+// plain file name (isolation.ValidName); which entries of hotplug-disks
+// are targets is the caller's Lister's answer. It imports neither kubelet
+// nor kubevirt.
 package mount

@@ -168,8 +168,9 @@ func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int
 	return size &^ (1<<20 - 1), nil
 }
 
-// Grow looks at the filesystem mounted on <name>.img in targetDir (the
-// launcher's hotplug-disks directory, relative to KubeletRoot) and, as opts
+// Grow looks at the filesystem mounted on file in targetDir (the
+// launcher's hotplug-disks directory, relative to KubeletRoot, and a file
+// target's name there: kubelet.TargetName) and, as opts
 // allow, grows it to its block device and enlarges disk.img. All of it runs
 // in g.NS and needs nothing from the attachment pod; t is a scan of that
 // namespace's mount table.
@@ -179,7 +180,7 @@ func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int
 // mount's major:minor through SysRoot and must be a block device node under
 // DevRoot with that number. The filesystem is grown only when NeedsGrowth
 // says so, never shrunk, to the whole device, by its online-resize ioctl on
-// the target itself: the checked descriptor of <name>.img is opened again
+// the target itself: the checked descriptor of the target is opened again
 // read-only and must still be the same inode. Nothing is mounted or exec'd.
 // A read-only filesystem or a read-only bind is refused, since the kernel
 // takes write access through the mount the call is made on. disk.img is only
@@ -191,16 +192,16 @@ func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int
 // each resize or enlargement and, right before making it, stops if its
 // caller gave up (isolation.Live), since a later check may have decided
 // otherwise from newer facts.
-func (g *Grower) Grow(t *mountinfo.Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
-	return g.grow(t, targetDir, name, opts)
+func (g *Grower) Grow(t *mountinfo.Table, targetDir, file string, opts GrowOptions) (GrowResult, error) {
+	return g.grow(t, targetDir, file, opts)
 }
 
-// Measure reports what Grow would find for <name>.img in targetDir (sizes
+// Measure reports what Grow would find for file in targetDir (sizes
 // of device, filesystem and disk.img, and whether growth is due) without
 // changing anything: no resize call, no write. diag judges a
 // volume through it, by the agent's own measurements.
-func (g *Grower) Measure(t *mountinfo.Table, targetDir, name string) (GrowResult, error) {
-	return g.grow(t, targetDir, name, GrowOptions{})
+func (g *Grower) Measure(t *mountinfo.Table, targetDir, file string) (GrowResult, error) {
+	return g.grow(t, targetDir, file, GrowOptions{})
 }
 
 // Sweep unmounts and removes the temporary growth mounts (grow-*) that an

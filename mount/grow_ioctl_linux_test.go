@@ -190,7 +190,7 @@ func runGrowChild(spec string) int {
 		return 1
 	}
 	g := &Grower{NS: ns, KubeletRoot: root, SysRoot: "/sys", DevRoot: "/dev"}
-	res, err := g.Grow(tab, dir, "vol", GrowOptions{GrowFilesystem: true})
+	res, err := g.Grow(tab, dir, "vol.img", GrowOptions{GrowFilesystem: true})
 	fmt.Printf("%+v, %v\n", res, err)
 	if err != nil {
 		return 1

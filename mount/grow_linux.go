@@ -11,16 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
-func (g *Grower) grow(t *mountinfo.Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
-	label := name + ".img"
+func (g *Grower) grow(t *mountinfo.Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
 	if g.NS == nil {
 		return GrowResult{}, fmt.Errorf("grow %q: no mount namespace to work in", label)
 	}
-	if err := kubelet.ValidName(name); err != nil {
+	if err := validTarget(label); err != nil {
 		return GrowResult{}, fmt.Errorf("grow %q: %w", label, err)
 	}
 	return isolation.CallLive(g.NS, func(live *isolation.Live) (GrowResult, error) {

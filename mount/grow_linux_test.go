@@ -155,7 +155,7 @@ func (f *growFixture) grow(t testing.TB, opts GrowOptions) (GrowResult, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.grower.Grow(tab, f.targetDir, "vol", opts)
+	return f.grower.Grow(tab, f.targetDir, "vol.img", opts)
 }
 
 // writeData has the launcher write through its view of the target and
@@ -486,7 +486,7 @@ func TestGrowRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = f.grower.Grow(tab, tt.targetDir, tt.vol, GrowOptions{GrowFilesystem: true, ExpandDiskImage: true, CapacityBytes: 1 << 30})
+			_, err = f.grower.Grow(tab, tt.targetDir, tt.vol+".img", GrowOptions{GrowFilesystem: true, ExpandDiskImage: true, CapacityBytes: 1 << 30})
 			if !errors.Is(err, tt.want) {
 				t.Errorf("err = %v, want %v", err, tt.want)
 			}
@@ -536,7 +536,7 @@ func BenchmarkGrowCheck(b *testing.B) {
 	opts := GrowOptions{GrowFilesystem: true, ExpandDiskImage: true, CapacityBytes: 16 * mib, FilesystemOverhead: 0.055}
 	b.ReportAllocs()
 	for b.Loop() {
-		res, err := f.grower.Grow(tab, f.targetDir, "vol", opts)
+		res, err := f.grower.Grow(tab, f.targetDir, "vol.img", opts)
 		if err != nil || res.NeedsGrowth || res.ImageGrown {
 			b.Fatalf("%+v, %v", res, err)
 		}

@@ -36,7 +36,7 @@ func TestBindDoesNotJoinSourcePeerGroup(t *testing.T) {
 			t.Cleanup(func() { _ = unix.Unmount(staging, unix.MNT_DETACH) })
 			l := testutil.StartLauncher(t)
 
-			res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a")
+			res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol-a.img")
 			if err != nil || res != outcome.Mounted {
 				t.Fatalf("attach: %v %v, want Mounted", res, err)
 			}

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
@@ -114,7 +113,7 @@ func (a *Attacher) openLauncherDir(t *mountinfo.Table, targetDir string) (*os.Fi
 }
 
 func uncover(s steps, t *mountinfo.Table, dir *os.File, name string) (int, error) {
-	if err := kubelet.ValidName(name); err != nil {
+	if err := validTarget(name); err != nil {
 		return 0, fmt.Errorf("uncover in %q: %w", dir.Name(), err)
 	}
 	dirID, err := isolation.MountID(dir)

@@ -156,14 +156,14 @@ func TestLauncherDirMounts(t *testing.T) {
 			w.arm(t)
 			target := w.n.path(launchDir, "vol.img")
 			if tc.why == "" {
-				if res, err := w.n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol"); err != nil || res != outcome.Mounted {
+				if res, err := w.n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol.img"); err != nil || res != outcome.Mounted {
 					t.Fatalf("attach into a memory-medium emptyDir: %v %v, want Mounted", res, err)
 				}
 				w.n.wantSingleBind(t, "vol")
 				if _, err := InLauncherDir(w.n.a, hostTable(t), launchDir, func(*os.File) (int, error) { return 0, nil }); err != nil {
 					t.Fatalf("InLauncherDir of a memory-medium emptyDir: %v", err)
 				}
-				if res, err := w.n.a.Detach(hostTable(t), launchDir, "vol"); err != nil || res != outcome.Removed {
+				if res, err := w.n.a.Detach(hostTable(t), launchDir, "vol.img"); err != nil || res != outcome.Removed {
 					t.Fatalf("detach: %v %v, want Removed", res, err)
 				}
 				w.unchanged(t)
@@ -176,15 +176,15 @@ func TestLauncherDirMounts(t *testing.T) {
 					t.Errorf("%s: %v, want a refusal naming %q", op, err, tc.why)
 				}
 			}
-			_, err := w.n.a.Attach(tbl, hpVolDir, launchDir, "vol")
+			_, err := w.n.a.Attach(tbl, hpVolDir, launchDir, "vol.img")
 			refused("attach", err)
 			_, err = w.n.a.AttachDir(tbl, hpVolDir, launchDir, "dump")
 			refused("attach directory", err)
-			_, err = w.n.a.Observe(tbl, launchDir)
+			_, err = w.n.a.Observe(tbl, launchDir, listFiles)
 			refused("observe", err)
-			_, err = w.n.a.ObserveDirs(tbl, launchDir)
+			_, err = w.n.a.ObserveDirs(tbl, launchDir, listDirs)
 			refused("observe directories", err)
-			_, err = w.n.a.Detach(tbl, launchDir, "vol")
+			_, err = w.n.a.Detach(tbl, launchDir, "vol.img")
 			refused("detach", err)
 			_, err = w.n.a.DetachDir(tbl, launchDir, "dump")
 			refused("detach directory", err)
@@ -198,7 +198,7 @@ func TestLauncherDirMounts(t *testing.T) {
 				t.Errorf("%q was created", target)
 			}
 			// Another launcher of the node is still served.
-			if res, err := w.n.a.Attach(hostTable(t), hpVolDir, other, "vol"); err != nil || res != outcome.Mounted {
+			if res, err := w.n.a.Attach(hostTable(t), hpVolDir, other, "vol.img"); err != nil || res != outcome.Mounted {
 				t.Fatalf("attach into another launcher: %v %v, want Mounted", res, err)
 			}
 			w.unchanged(t, w.n.path(other, "vol.img"))
@@ -238,7 +238,7 @@ func TestTargetHostBinds(t *testing.T) {
 			}
 			bindMount(t, host, evil)
 			w.arm(t)
-			name := strings.TrimSuffix(filepath.Base(evil), ".img")
+			name := filepath.Base(evil)
 			want := outcome.Replaced
 			res, err := attach(hostTable(t), hpVolDir, launchDir, name)
 			if tc.detach {
@@ -253,7 +253,7 @@ func TestTargetHostBinds(t *testing.T) {
 			} else if !tc.detach && (len(stack) != 1 || stack[0].Major != unix.Major(w.n.loop.Dev(t))) {
 				t.Errorf("mounts on %q: %v, want the volume's alone", evil, stack)
 			}
-			if res, err := w.n.a.Attach(hostTable(t), hpVolDir, launchDir, "good"); err != nil || res != outcome.Mounted {
+			if res, err := w.n.a.Attach(hostTable(t), hpVolDir, launchDir, "good.img"); err != nil || res != outcome.Mounted {
 				t.Fatalf("attach good: %v %v, want Mounted", res, err)
 			}
 			w.n.wantSingleBind(t, "good")

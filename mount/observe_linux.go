@@ -6,35 +6,32 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
-func (a *Attacher) observe(t *mountinfo.Table, targetDir string) ([]Observed, error) {
-	return inHost(a, func(steps) ([]Observed, error) { return a.observeHere(t, targetDir) })
+func (a *Attacher) observe(t *mountinfo.Table, targetDir string, list Lister) ([]Observed, error) {
+	return inHost(a, func(steps) ([]Observed, error) { return a.observeHere(t, targetDir, list) })
 }
 
-func (a *Attacher) observeHere(t *mountinfo.Table, targetDir string) ([]Observed, error) {
+func (a *Attacher) observeHere(t *mountinfo.Table, targetDir string, list Lister) ([]Observed, error) {
 	dir, dirID, err := a.existingTargetDir(t, targetDir)
 	if err != nil || dir == nil {
 		return nil, err
 	}
 	defer dir.Close()
-	entries, _, err := kubelet.ReadTargets(dir)
+	entries, err := list(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []Observed
 	for _, e := range entries {
 		file := e.Name()
-		name, ok := strings.CutSuffix(file, ".img")
-		// The agent makes regular files; anything else named *.img is
-		// passed over without a stat.
-		if !ok || !e.Type().IsRegular() {
+		// The agent makes regular files; anything else listed is passed
+		// over without a stat.
+		if !e.Type().IsRegular() || validTarget(file) != nil {
 			continue
 		}
 		o, ok, err := a.observeOne(t, dir, dirID, file)
@@ -42,7 +39,7 @@ func (a *Attacher) observeHere(t *mountinfo.Table, targetDir string) ([]Observed
 			return nil, err
 		}
 		if ok {
-			o.Name = name
+			o.Name = file
 			out = append(out, o)
 		}
 	}

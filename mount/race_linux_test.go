@@ -197,7 +197,7 @@ func TestAttachSwapRace(t *testing.T) {
 		var stop atomic.Bool
 		done := make(chan raced, 1)
 		go s.racer(t, sw, &stop, done)
-		_, err := s.n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol")
+		_, err := s.n.a.Attach(hostTable(t), hpVolDir, launchDir, "vol.img")
 		stop.Store(true)
 		r := <-done
 		exchanges += r.exchanges
@@ -213,7 +213,7 @@ func TestAttachSwapRace(t *testing.T) {
 			escapes = append(escapes, fmt.Sprintf("race %d (%s): %s", i, sw.name, esc))
 		}
 		s.reset(t, sw, r)
-		if _, err := s.n.a.Detach(hostTable(t), launchDir, "vol"); err != nil {
+		if _, err := s.n.a.Detach(hostTable(t), launchDir, "vol.img"); err != nil {
 			t.Fatalf("race %d: detach after the race: %v", i, err)
 		}
 	}

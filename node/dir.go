@@ -21,7 +21,8 @@ const CreateDiskImagesFlag = "--create-disk-images"
 // observeDirs lists the launcher's directory volumes (memory-dump and
 // utility volumes) and asks the launcher whether it sees each healthy one.
 func (e *Engine) observeDirs(t *mountinfo.Table, launcher types.UID) ([]agent.ObservedVolume, error) {
-	dirs, err := e.attacher.ObserveDirs(t, hotplugDisks(launcher))
+	// A directory target's name is its volume's (kubelet.DirTargetName).
+	dirs, err := e.attacher.ObserveDirs(t, hotplugDisks(launcher), kubelet.ReadDirTargets)
 	if err != nil {
 		return nil, err
 	}
@@ -44,18 +45,26 @@ func (e *Engine) observeDirs(t *mountinfo.Table, launcher types.UID) ([]agent.Ob
 
 // attachDir binds the published PVC's root onto hotplug-disks/<volume>.
 func (e *Engine) attachDir(t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
-	r, err := e.attacher.AttachDir(t, src, hotplugDisks(v.LauncherUID), v.Name)
+	file, err := targetName(v.Name, kubelet.DirTargetName)
+	if err != nil {
+		return outcome.Unchanged, refusal(err)
+	}
+	r, err := e.attacher.AttachDir(t, src, hotplugDisks(v.LauncherUID), file)
 	if err != nil || !r.Changed() {
 		return r, refusal(err)
 	}
-	return r, e.confirmSeenAt(v.LauncherUID, v.Name, kubelet.DirTargetName(v.Name), entryKey{})
+	return r, e.confirmSeenAt(v.LauncherUID, v.Name, file, entryKey{})
 }
 
 // attachFile binds disk.img, first creating it if it is missing and the
 // engine may (Config.CreateDiskImages). A created image makes the result
 // Created.
 func (e *Engine) attachFile(t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
-	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
+	file, err := targetName(v.Name, kubelet.TargetName)
+	if err != nil {
+		return outcome.Unchanged, refusal(err)
+	}
+	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), file)
 	if errors.Is(err, mount.ErrNoDiskImage) {
 		if !e.createImages {
 			return r, fmt.Errorf("the PVC holds no disk.img (a volume never imported?) in %q: start the agent with %s to create it: %w",
@@ -65,7 +74,7 @@ func (e *Engine) attachFile(t *mountinfo.Table, v agent.DesiredVolume, src strin
 		if cerr != nil {
 			return outcome.Unchanged, refusal(cerr)
 		}
-		r, err = e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), v.Name)
+		r, err = e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), file)
 		if err == nil && created && size > 0 {
 			r = outcome.Created
 		}

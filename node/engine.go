@@ -220,8 +220,7 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 	if err != nil {
 		return nil, err
 	}
-	dir := hotplugDisks(launcher)
-	files, err := e.attacher.Observe(t, dir)
+	files, err := e.observeFiles(t, launcher)
 	if err != nil {
 		return nil, stuck(err)
 	}
@@ -258,6 +257,28 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 		e.forgetLauncher(launcher)
 	}
 	return out, nil
+}
+
+// observeFiles lists the launcher's file binds (mount.Attacher.Observe of
+// the entries the kubelet package names as file targets), each named by
+// its volume.
+func (e *Engine) observeFiles(t *mountinfo.Table, launcher types.UID) ([]mount.Observed, error) {
+	files, err := e.attacher.Observe(t, hotplugDisks(launcher), kubelet.ReadFileTargets)
+	for k := range files {
+		files[k].Name, _ = kubelet.FileTargetVolume(files[k].Name)
+	}
+	return files, err
+}
+
+// targetName is the name of volume's target in hotplug-disks, by the
+// kubelet package's rule name (kubelet.TargetName, DirTargetName), once
+// the volume's name is one a target can have (kubelet.ValidName): the
+// VMI, which a tenant writes, names the volume.
+func targetName(volume string, name func(string) string) (string, error) {
+	if err := kubelet.ValidName(volume); err != nil {
+		return "", err
+	}
+	return name(volume), nil
 }
 
 // checkFile asks whether the launcher sees a healthy file bind and whether
@@ -311,10 +332,10 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 		e.memo.forget(growKey{launcher, o.Name})
 		e.sight.forget(growKey{launcher, o.Name})
 		if o.Mode == kubevirt.Directory {
-			r, err := e.attacher.DetachDir(t, dir, o.Name)
+			r, err := e.attacher.DetachDir(t, dir, kubelet.DirTargetName(o.Name))
 			return r, stuck(err)
 		}
-		r, err := e.attacher.Detach(t, dir, o.Name)
+		r, err := e.attacher.Detach(t, dir, kubelet.TargetName(o.Name))
 		return r, stuck(err)
 	}
 	r, err := e.detachBlock(t, launcher, o.Name)

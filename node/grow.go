@@ -113,7 +113,11 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 		}
 		growFS = !published
 	}
-	r, err := e.grower.Grow(t, dir, v.Name, mount.GrowOptions{
+	file, err := targetName(v.Name, kubelet.TargetName)
+	if err != nil {
+		return agent.GrowResult{}, fmt.Errorf("grow %q: %w", kubelet.TargetName(v.Name), err)
+	}
+	r, err := e.grower.Grow(t, dir, file, mount.GrowOptions{
 		GrowFilesystem:     growFS,
 		ExpandDiskImage:    e.grow.DiskImages,
 		CapacityBytes:      v.CapacityBytes,
