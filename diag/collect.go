@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hpmount/hpmount/diag/storage"
 	"github.com/hpmount/hpmount/kubevirt"
 )
 
@@ -26,8 +27,8 @@ type apiView struct {
 	// claims are the PV names of the claims listed, by namespace/name; ""
 	// for a claim that is not bound.
 	claims map[string]string
-	// storage is the storage side of the PVs (storage.go).
-	storage *storageView
+	// storage is the storage side of the PVs (package storage).
+	storage *storage.View
 	c       Clients
 }
 
@@ -66,7 +67,7 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 	if err := cl.listClaims(ctx, ns); err != nil {
 		return nil, cannotRun("list PersistentVolumeClaims", err)
 	}
-	cl.storage = collectStorage(ctx, c)
+	cl.storage = storage.Collect(ctx, c.Kube, c.Dyn, currentList)
 	return cl, nil
 }
 

@@ -136,7 +136,8 @@
 // # The storage side
 //
 // For each volume whose PV is known, diag also shows what attaches that PV
-// to the node (storage.go), read with one list per kind and only read:
+// to the node (package diag/storage), read with one list per kind and only
+// read:
 //
 //   - the storage.k8s.io VolumeAttachment of the PV on this node (attached,
 //     attachError, detachError, being deleted) and those on other nodes;

@@ -99,7 +99,7 @@ func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.
 			f.propagation = in.propErr
 		}
 		judge(&v, f)
-		explainStorage(&v, cl.storage.of(cl.claims[vmi.Namespace+"/"+hv.Claim], in.opts.NodeName))
+		explainStorage(&v, cl.storage.Of(cl.claims[vmi.Namespace+"/"+hv.Claim], in.opts.NodeName))
 		out = append(out, v)
 	}
 	return out

@@ -3,6 +3,8 @@ package diag
 import (
 	"errors"
 	"fmt"
+
+	"github.com/hpmount/hpmount/diag/storage"
 )
 
 // APIVersion is the schema version of a Report in JSON and YAML.
@@ -64,7 +66,7 @@ type Report struct {
 	Problems int `json:"problems"`
 	// Storage says which storage-side objects (VolumeAttachments, Longhorn)
 	// could be read.
-	Storage StorageSources `json:"storage"`
+	Storage storage.Sources `json:"storage"`
 	// Warnings are limits of this run that did not stop it, e.g. orphans
 	// not searched because VMIs of other namespaces could not be listed.
 	Warnings []string `json:"warnings,omitempty"`
@@ -122,9 +124,9 @@ type Volume struct {
 	// Detail is the underlying finding or error, verbatim.
 	Detail string `json:"detail,omitempty"`
 	// Storage is what attaches the volume's PV to the node: its
-	// VolumeAttachments and its Longhorn volume (storage.go); absent when
-	// nothing is known.
-	Storage *Storage `json:"storage,omitempty"`
+	// VolumeAttachments and its Longhorn volume (package storage); absent
+	// when nothing is known.
+	Storage *storage.Side `json:"storage,omitempty"`
 }
 
 // PodRef names a pod; Publishes is set for an attachment pod and says

@@ -51,7 +51,7 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Storage = cl.storage.src
+	rep.Storage = cl.storage.Sources()
 	in := newInspector(&opts, root, table, ns)
 	rep.Propagation = in.checkPropagation()
 	scope := map[string]bool{}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/hpmount/hpmount/diag/storage"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/test/cluster"
 	"github.com/hpmount/hpmount/test/simnode"
@@ -43,7 +44,7 @@ func TestStorageSide(t *testing.T) {
 
 	t.Run("no Longhorn", func(t *testing.T) {
 		rep, vols := e.run(e.opts())
-		if rep.Storage.VolumeAttachments != SourceRead || rep.Storage.Longhorn != SourceAbsent || !strings.Contains(rep.Storage.Note, "Longhorn is not installed") {
+		if rep.Storage.VolumeAttachments != storage.SourceRead || rep.Storage.Longhorn != storage.SourceAbsent || !strings.Contains(rep.Storage.Note, "Longhorn is not installed") {
 			t.Errorf("storage sources %+v", rep.Storage)
 		}
 		if st := vols["data"].Storage; st == nil || st.VolumeAttachment == nil || !st.VolumeAttachment.Attached || st.Longhorn != nil || st.Problem != "" {
@@ -73,7 +74,7 @@ func TestStorageSide(t *testing.T) {
 	t.Run("forbidden", func(t *testing.T) {
 		rep, err := Run(e.ctx, e.opts(), sa)
 		e.must(err)
-		if rep.Storage.VolumeAttachments != SourceForbidden || rep.Storage.Longhorn != SourceForbidden ||
+		if rep.Storage.VolumeAttachments != storage.SourceForbidden || rep.Storage.Longhorn != storage.SourceForbidden ||
 			strings.Count(rep.Storage.Note, "forbidden") != 2 || !strings.Contains(rep.Storage.Note, "deploy/storage-view") {
 			t.Errorf("storage sources %+v", rep.Storage)
 		}
@@ -96,7 +97,7 @@ func TestStorageSide(t *testing.T) {
 	t.Run("storage-view", func(t *testing.T) {
 		rep, err := Run(e.ctx, e.opts(), sa)
 		e.must(err)
-		if rep.Storage != (StorageSources{VolumeAttachments: SourceRead, Longhorn: SourceRead}) {
+		if rep.Storage != (storage.Sources{VolumeAttachments: storage.SourceRead, Longhorn: storage.SourceRead}) {
 			t.Errorf("storage sources %+v", rep.Storage)
 		}
 		vols := map[string]Volume{}
@@ -122,8 +123,8 @@ func TestStorageSide(t *testing.T) {
 		e.must(Render(&js, rep, FormatJSON))
 		var decoded struct {
 			Volumes []struct {
-				Volume  string  `json:"volume"`
-				Storage Storage `json:"storage"`
+				Volume  string       `json:"volume"`
+				Storage storage.Side `json:"storage"`
 			} `json:"volumes"`
 		}
 		e.must(json.Unmarshal(js.Bytes(), &decoded))

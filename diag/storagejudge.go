@@ -1,49 +1,8 @@
 package diag
 
 import (
-	"fmt"
-	"strings"
+	"github.com/hpmount/hpmount/diag/storage"
 )
-
-// storageProblem is what on the storage side keeps the PV from being
-// attached to node, or leaves it attached where it should not be, in one
-// sentence; "" when nothing does.
-func storageProblem(st *Storage, node string) string {
-	var out []string
-	if st.Longhorn != nil {
-		out = append(out, longhornProblem(st.Longhorn, node)...)
-	}
-	out = append(out, csiProblem(st, node)...)
-	return strings.Join(out, "; ")
-}
-
-// csiProblem judges the storage.k8s.io VolumeAttachments of the PV: this
-// node's, and those of other nodes that are attached or not yet detached.
-func csiProblem(st *Storage, node string) []string {
-	var out []string
-	va := st.VolumeAttachment
-	if va != nil {
-		switch {
-		case va.AttachError != "":
-			out = append(out, fmt.Sprintf("VolumeAttachment %s: attach to this node failed: %s", va.Name, va.AttachError))
-		case va.DetachError != "":
-			out = append(out, fmt.Sprintf("VolumeAttachment %s: detach from this node failed: %s", va.Name, va.DetachError))
-		case !va.Attached && !va.Deleting:
-			out = append(out, fmt.Sprintf("VolumeAttachment %s is not attached to this node yet", va.Name))
-		}
-	}
-	for _, e := range st.Elsewhere {
-		switch {
-		case e.DetachError != "":
-			out = append(out, fmt.Sprintf("detach from node %s is stuck (VolumeAttachment %s): %s", e.Node, e.Name, e.DetachError))
-		case e.Deleting && e.Attached:
-			out = append(out, fmt.Sprintf("detach from node %s has not finished (VolumeAttachment %s is being deleted, still attached)", e.Node, e.Name))
-		case e.Attached && (va == nil || !va.Attached):
-			out = append(out, fmt.Sprintf("the PV is attached to node %s (VolumeAttachment %s), not this node", e.Node, e.Name))
-		}
-	}
-	return out
-}
 
 // storageExplains are the verdicts a storage-side problem can cause: the
 // volume is not published or mounted here, or its device went away.
@@ -53,22 +12,10 @@ var storageExplains = map[Verdict]bool{
 
 // explainStorage records the storage side on v and, when it explains v's
 // verdict, puts it first in the hint: it is the cause to fix first.
-func explainStorage(v *Volume, st *Storage) {
+func explainStorage(v *Volume, st *storage.Side) {
 	v.Storage = st
 	if st == nil || st.Problem == "" || !storageExplains[v.Verdict] {
 		return
 	}
-	v.Hint = "the storage side explains it: " + st.Problem + " (" + storageAdvice(st) + "); " + v.Hint
-}
-
-// storageAdvice names where to look next.
-func storageAdvice(st *Storage) string {
-	var look []string
-	if lh := st.Longhorn; lh != nil {
-		look = append(look, fmt.Sprintf("`kubectl -n %s get volumeattachments.longhorn.io %s -o yaml`: a ticket of another node keeps the volume there until its snapshot, backup or upgrade ends or the ticket is removed; longhorn-manager's logs say why a ticket waits", lh.Namespace, lh.Name))
-	}
-	if st.VolumeAttachment != nil || st.Elsewhere != nil {
-		look = append(look, "`kubectl describe volumeattachment` and the CSI external-attacher's logs")
-	}
-	return strings.Join(look, "; ")
+	v.Hint = "the storage side explains it: " + st.Problem + " (" + st.Advice() + "); " + v.Hint
 }

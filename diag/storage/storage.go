@@ -1,4 +1,4 @@
-package diag
+package storage
 
 import (
 	"context"
@@ -11,14 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
-
-// The storage side of a volume is what attaches its PV to the node, below
-// the kubelet: the storage.k8s.io VolumeAttachment the attach/detach
-// controller and the CSI external-attacher keep, and, when Longhorn is
-// installed, its Volume and its ticket-based VolumeAttachment. diag only
-// reads them; none is required: reading what is absent or forbidden is
-// said once in Report.Storage and the run goes on.
 
 // Longhorn's API, as served by longhorn-manager (k8s/pkg/apis/longhorn/v1beta2).
 var (
@@ -28,7 +23,7 @@ var (
 	storageAttachmentsGroup = "volumeattachments." + storagev1.GroupName
 )
 
-// Source states of StorageSources.
+// Source states of Sources.
 const (
 	SourceRead      = "read"
 	SourceAbsent    = "absent"
@@ -36,8 +31,8 @@ const (
 	SourceError     = "error"
 )
 
-// StorageSources says which storage-side objects this run could read.
-type StorageSources struct {
+// Sources says which storage-side objects a Collect could read.
+type Sources struct {
 	// VolumeAttachments is "read", "forbidden" or "error".
 	VolumeAttachments string `json:"volumeAttachments"`
 	// Longhorn is "read", "absent" (longhorn.io/v1beta2 volumes and
@@ -48,8 +43,8 @@ type StorageSources struct {
 	Note string `json:"note,omitempty"`
 }
 
-// Storage is the storage side of one volume's PV.
-type Storage struct {
+// Side is the storage side of one volume's PV.
+type Side struct {
 	// VolumeAttachment is the storage.k8s.io VolumeAttachment of the PV on
 	// this node; nil when there is none (or none could be read).
 	VolumeAttachment *CSIAttachment `json:"volumeAttachment,omitempty"`
@@ -111,33 +106,34 @@ type Ticket struct {
 	Message string `json:"message,omitempty"`
 }
 
-// storageView is what the API says about the storage side, read once per
-// run; a nil map means that source was not read.
-type storageView struct {
-	src StorageSources
+// View is what the API says about the storage side, read once per run; a
+// nil map means that source was not read.
+type View struct {
+	src Sources
 	// csi are the VolumeAttachments by PV name.
 	csi map[string][]CSIAttachment
 	// longhorn are the Longhorn volumes by PV name.
 	longhorn map[string]*LonghornVolume
 }
 
-// discoverer is the part of a discovery client collectStorage asks.
+// discoverer is the part of a discovery client Collect asks.
 type discoverer interface {
 	ServerResourcesForGroupVersion(groupVersion string) (*metav1.APIResourceList, error)
 }
 
-// collectStorage lists the VolumeAttachments and, when served, Longhorn's
-// volumes and attachments: one list each, whatever the number of volumes.
-func collectStorage(ctx context.Context, c Clients) *storageView {
-	sv := &storageView{}
-	list, err := c.Kube.StorageV1().VolumeAttachments().List(ctx, currentList)
+// Collect lists the VolumeAttachments and, when served, Longhorn's
+// volumes and attachments: one list each, whatever the number of volumes,
+// each with opts (the caller says at which revision it reads).
+func Collect(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, opts metav1.ListOptions) *View {
+	sv := &View{}
+	list, err := kube.StorageV1().VolumeAttachments().List(ctx, opts)
 	sv.src.VolumeAttachments = sourceState(err)
 	if err == nil {
 		sv.csi = csiByPV(list.Items)
 	}
-	lhErr := longhornServed(c.Kube.Discovery())
+	lhErr := longhornServed(kube.Discovery())
 	if lhErr == nil {
-		sv.longhorn, lhErr = listLonghorn(ctx, c)
+		sv.longhorn, lhErr = listLonghorn(ctx, dyn, opts)
 	}
 	sv.src.Longhorn = sourceState(lhErr)
 	sv.src.Note = sourcesNote(sv.src, err, lhErr)
@@ -177,7 +173,7 @@ func sourceState(err error) string {
 
 // sourcesNote is the one line about what was not read, with the errors of
 // the VolumeAttachment list and of Longhorn for an "error" state.
-func sourcesNote(s StorageSources, vaErr, lhErr error) string {
+func sourcesNote(s Sources, vaErr, lhErr error) string {
 	var parts []string
 	switch s.VolumeAttachments {
 	case SourceForbidden:
@@ -224,13 +220,22 @@ func csiByPV(items []storagev1.VolumeAttachment) map[string][]CSIAttachment {
 	return out
 }
 
-// of is the storage side of pv as seen from node; nil when nothing is
+// Sources says which storage-side objects were read; the zero Sources for
+// a nil View.
+func (sv *View) Sources() Sources {
+	if sv == nil {
+		return Sources{}
+	}
+	return sv.src
+}
+
+// Of is the storage side of pv as seen from node; nil when nothing is
 // known about it.
-func (sv *storageView) of(pv, node string) *Storage {
+func (sv *View) Of(pv, node string) *Side {
 	if sv == nil || pv == "" {
 		return nil
 	}
-	st := &Storage{Longhorn: sv.longhorn[pv]}
+	st := &Side{Longhorn: sv.longhorn[pv]}
 	for _, a := range sv.csi[pv] {
 		if a.Node == node && st.VolumeAttachment == nil {
 			st.VolumeAttachment = &a
@@ -241,7 +246,7 @@ func (sv *storageView) of(pv, node string) *Storage {
 	if st.VolumeAttachment == nil && st.Elsewhere == nil && st.Longhorn == nil {
 		return nil
 	}
-	st.Problem = storageProblem(st, node)
+	st.Problem = problem(st, node)
 	return st
 }
 

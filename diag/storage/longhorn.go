@@ -1,4 +1,4 @@
-package diag
+package storage
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 )
 
 // The Longhorn fields diag reads, named as in longhorn-manager's
@@ -67,12 +68,12 @@ const rwxShared = "rwx"
 
 // listLonghorn reads every Longhorn volume and attachment once and returns
 // the volumes by PV name.
-func listLonghorn(ctx context.Context, c Clients) (map[string]*LonghornVolume, error) {
-	vols, err := c.Dyn.Resource(LonghornVolumes).Namespace(metav1.NamespaceAll).List(ctx, currentList)
+func listLonghorn(ctx context.Context, dyn dynamic.Interface, opts metav1.ListOptions) (map[string]*LonghornVolume, error) {
+	vols, err := dyn.Resource(LonghornVolumes).Namespace(metav1.NamespaceAll).List(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", LonghornVolumes.GroupResource(), err)
 	}
-	atts, err := c.Dyn.Resource(LonghornAttachments).Namespace(metav1.NamespaceAll).List(ctx, currentList)
+	atts, err := dyn.Resource(LonghornAttachments).Namespace(metav1.NamespaceAll).List(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", LonghornAttachments.GroupResource(), err)
 	}
@@ -124,7 +125,11 @@ func ticketsOf(a *lhAttachment) []Ticket {
 			tk.Satisfied = s.Satisfied && s.Generation == t.Generation
 			tk.Message = satisfiedMessage(s.Conditions)
 			if s.Satisfied && !tk.Satisfied {
-				tk.Message = joinDetail(tk.Message, fmt.Sprintf("status is for generation %d, the ticket is at %d", s.Generation, t.Generation))
+				why := fmt.Sprintf("status is for generation %d, the ticket is at %d", s.Generation, t.Generation)
+				if tk.Message != "" {
+					why = tk.Message + "; " + why
+				}
+				tk.Message = why
 			}
 		}
 		out = append(out, tk)
