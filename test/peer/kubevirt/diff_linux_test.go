@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,6 +41,12 @@ type peerVolume struct {
 	fstype string // Filesystem and Directory: the PVC's filesystem
 	// noDiskImg: a Filesystem claim whose filesystem holds no disk.img.
 	noDiskImg bool
+	// pod names the attachment pod that publishes the volume and that its
+	// status names; "" is the node's first one (peerNode.attach).
+	pod string
+	// alsoIn names another attachment pod that publishes the same
+	// filesystem too (the same device, kubevirt#16520).
+	alsoIn string
 }
 
 // peerNode is one fresh simulated node: a launcher and an attachment pod
@@ -50,7 +58,11 @@ type peerNode struct {
 	launcher, attach types.UID
 	vols             []peerVolume
 	loops            map[string]*testutil.Loop
-	cgroupRoot       string // CgroupRoot of hpmount's config (v1 devices)
+	cgroupRoot       string // CgroupRoot of hpmount's config (v1 devices, or the v2 cgroup)
+	// other is a block device of no volume: the launcher must not open it.
+	other *testutil.Loop
+	// kvState is KubeVirt's mount state directory (its record files).
+	kvState string
 	// kvMounter and kvCgroup are KubeVirt's, kept across calls as
 	// virt-handler keeps them (its records live in memory and stateDir).
 	kvMounter     hotplugdisk.VolumeMounter
@@ -66,18 +78,20 @@ func newPeerNode(t *testing.T, prefix string, vols []peerVolume) *peerNode {
 		vols: vols, loops: map[string]*testutil.Loop{}}
 	hotplug := filepath.Join(kubeletRoot, kubelet.HotplugDisksDir(string(n.launcher)))
 	must(t, os.MkdirAll(hotplug, 0o777))
-	attachDisks := filepath.Join(kubeletRoot, kubelet.HotplugDisksDir(string(n.attach)))
-	must(t, os.MkdirAll(attachDisks, 0o777))
 	for _, v := range vols {
-		n.publish(t, v, attachDisks)
+		n.publish(t, v, n.attachDisks(t, n.attachOf(v)))
 	}
-	n.cgroupRoot = filepath.Join("/sys/fs/cgroup/devices", fmt.Sprintf("hpmount-peer-%s-%d", prefix, os.Getpid()))
-	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(n.launcher))
-	n.computeCgroup = filepath.Join(pod, computeID)
-	must(t, os.MkdirAll(n.computeCgroup, 0o755))
-	// A container runtime denies every device but a few to a container.
-	must(t, os.WriteFile(filepath.Join(n.computeCgroup, "devices.deny"), []byte("a"), 0))
-	must(t, os.WriteFile(filepath.Join(n.computeCgroup, "devices.allow"), []byte("c 1:3 rwm"), 0))
+	for _, v := range vols {
+		if v.alsoIn != "" {
+			// The CSI driver publishes the device again for the other pod.
+			also := n.mountDirIn(n.podUID(v.alsoIn), v)
+			must(t, os.MkdirAll(also, 0o750))
+			must(t, unix.Mount(n.mountDir(v), also, "", unix.MS_BIND, ""))
+			t.Cleanup(func() { _ = unix.Unmount(also, unix.MNT_DETACH) })
+		}
+	}
+	n.other = testutil.NewLoop(t, 1<<20)
+	pod := n.makeCgroups(t)
 	sockets := filepath.Join(podsDir, string(n.launcher), "volumes/kubernetes.io~empty-dir/sockets/launcher-sock")
 	n.launcherPod = startPod(t, sockets, "", hotplug+"="+launcherView)
 	must(t, os.WriteFile(filepath.Join(n.computeCgroup, "cgroup.procs"), []byte(fmt.Sprint(n.launcherPod.pid())), 0))
@@ -87,22 +101,75 @@ func newPeerNode(t *testing.T, prefix string, vols []peerVolume) *peerNode {
 			_ = unix.Rmdir(d)
 		}
 	})
-	var binds []string
+	// Each attachment pod's container (container-disk --copy-path
+	// /path/hp) owns hp.sock and sees each filesystem volume it carries at
+	// /<volume>.
+	binds := map[types.UID][]string{n.attach: nil}
 	for _, v := range vols {
+		binds[n.attachOf(v)] = binds[n.attachOf(v)]
 		if v.mode != kubevirt.Block {
-			binds = append(binds, n.mountDir(v)+"=/"+v.name)
+			binds[n.attachOf(v)] = append(binds[n.attachOf(v)], n.mountDir(v)+"=/"+v.name)
+		}
+		if v.alsoIn != "" {
+			binds[n.podUID(v.alsoIn)] = append(binds[n.podUID(v.alsoIn)], n.mountDirIn(n.podUID(v.alsoIn), v)+"=/"+v.name)
 		}
 	}
-	// The attachment pod's container (container-disk --copy-path /path/hp)
-	// owns hp.sock and sees each filesystem volume at /<volume>.
-	startPod(t, filepath.Join(attachDisks, "hp.sock"), strings.Join(binds, ";"), "")
+	for _, uid := range slices.Sorted(maps.Keys(binds)) {
+		startPod(t, filepath.Join(n.attachDisks(t, uid), "hp.sock"), strings.Join(binds[uid], ";"), "")
+	}
 	return n
+}
+
+// podUID is the UID of the attachment pod the test calls name.
+func (n *peerNode) podUID(name string) types.UID {
+	if name == "" {
+		return n.attach
+	}
+	return types.UID(n.prefix + "-" + name)
+}
+
+// attachOf is the UID of the attachment pod that publishes v.
+func (n *peerNode) attachOf(v peerVolume) types.UID { return n.podUID(v.pod) }
+
+// attachDisks makes and returns the hotplug-disks emptyDir of pod uid.
+func (n *peerNode) attachDisks(t *testing.T, uid types.UID) string {
+	t.Helper()
+	dir := filepath.Join(kubeletRoot, kubelet.HotplugDisksDir(string(uid)))
+	must(t, os.MkdirAll(dir, 0o777))
+	return dir
+}
+
+// makeCgroups makes the launcher pod's cgroup and its compute
+// container's, where a container runtime denies every device but a few,
+// and returns the pod's. On v1 the runtime writes devices.deny and
+// devices.allow; on v2 runc (v1.1.14, the one KubeVirt v1.7.0 builds on)
+// attaches its device program.
+func (n *peerNode) makeCgroups(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("hpmount-peer-%s-%d", n.prefix, os.Getpid())
+	n.cgroupRoot = filepath.Join("/sys/fs/cgroup/devices", name)
+	if inCgroupV2Node {
+		n.cgroupRoot = filepath.Join("/sys/fs/cgroup", name)
+	}
+	pod := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(n.launcher))
+	n.computeCgroup = filepath.Join(pod, computeID)
+	must(t, os.MkdirAll(n.computeCgroup, 0o755))
+	if inCgroupV2Node {
+		must(t, runtimeDevicesV2(n.computeCgroup))
+		return pod
+	}
+	must(t, os.WriteFile(filepath.Join(n.computeCgroup, "devices.deny"), []byte("a"), 0))
+	must(t, os.WriteFile(filepath.Join(n.computeCgroup, "devices.allow"), []byte("c 1:3 rwm"), 0))
+	return pod
 }
 
 func (n *peerNode) pvName(v peerVolume) string { return "pv-" + n.prefix + "-" + v.name }
 
-func (n *peerNode) mountDir(v peerVolume) string {
-	return filepath.Join(kubeletRoot, kubelet.VolumesDir(string(n.attach)), "kubernetes.io~csi", n.pvName(v), "mount")
+func (n *peerNode) mountDir(v peerVolume) string { return n.mountDirIn(n.attachOf(v), v) }
+
+// mountDirIn is where the kubelet publishes v's filesystem for pod uid.
+func (n *peerNode) mountDirIn(uid types.UID, v peerVolume) string {
+	return filepath.Join(kubeletRoot, kubelet.VolumesDir(string(uid)), "kubernetes.io~csi", n.pvName(v), "mount")
 }
 
 // publish makes a volume as the kubelet and a CSI driver leave it for the
@@ -127,12 +194,12 @@ func (n *peerNode) publish(t *testing.T, v peerVolume, attachDisks string) {
 	}
 	loop := testutil.NewLoop(t, 16<<20)
 	n.loops[v.name] = loop
-	pub := filepath.Join(kubeletRoot, kubelet.CSIPublishFile(n.pvName(v), string(n.attach)))
+	pub := filepath.Join(kubeletRoot, kubelet.CSIPublishFile(n.pvName(v), string(n.attachOf(v))))
 	must(t, os.MkdirAll(filepath.Dir(pub), 0o750))
 	must(t, os.WriteFile(pub, nil, 0o600))
 	must(t, unix.Mount(loop.Device, pub, "", unix.MS_BIND, ""))
 	t.Cleanup(func() { _ = unix.Unmount(pub, unix.MNT_DETACH) })
-	devices := filepath.Join(kubeletRoot, kubelet.VolumeDevicesDir(string(n.attach)), "kubernetes.io~csi")
+	devices := filepath.Join(kubeletRoot, kubelet.VolumeDevicesDir(string(n.attachOf(v))), "kubernetes.io~csi")
 	must(t, os.MkdirAll(devices, 0o750))
 	must(t, os.Symlink(pub, filepath.Join(devices, n.pvName(v))))
 	// The runtime gives the container's node the host node's mode: 0660
@@ -161,7 +228,7 @@ func (n *peerNode) vmi() *v1.VirtualMachineInstance {
 		src := v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
 			PersistentVolumeClaimVolumeSource: k8sv1.PersistentVolumeClaimVolumeSource{ClaimName: claim}, Hotpluggable: true}}
 		st := v1.VolumeStatus{Name: v.name, Phase: v1.HotplugVolumeAttachedToNode,
-			HotplugVolume:             &v1.HotplugVolumeStatus{AttachPodName: "hp-" + n.prefix, AttachPodUID: n.attach},
+			HotplugVolume:             &v1.HotplugVolumeStatus{AttachPodName: "hp-" + string(n.attachOf(v)), AttachPodUID: n.attachOf(v)},
 			PersistentVolumeClaimInfo: &v1.PersistentVolumeClaimInfo{ClaimName: claim, VolumeMode: &mode}}
 		if v.mode == kubevirt.Directory {
 			src = v1.VolumeSource{MemoryDump: &v1.MemoryDumpVolumeSource{PersistentVolumeClaimVolumeSource: *src.PersistentVolumeClaim}}
@@ -184,12 +251,13 @@ func (n *peerNode) mountWithKubeVirt(t *testing.T) error {
 		if err != nil {
 			t.Fatalf("KubeVirt's cgroup manager: %v", err)
 		}
-		n.kvMounter, n.kvCgroup = hotplugdisk.NewVolumeMounter(t.TempDir(), podsDir, nodeName), mgr
+		n.kvState = t.TempDir()
+		n.kvMounter, n.kvCgroup = hotplugdisk.NewVolumeMounter(n.kvState, podsDir, nodeName), mgr
 	}
 	m := n.kvMounter
 	err := m.Mount(vmi, n.kvCgroup)
 	for _, v := range n.vols {
-		ok, ierr := m.IsMounted(vmi, v.name, n.attach)
+		ok, ierr := m.IsMounted(vmi, v.name, n.attachOf(v))
 		t.Logf("KubeVirt's IsMounted(%s) = %v, %v", v.name, ok, ierr)
 	}
 	return err
@@ -213,10 +281,13 @@ func (n *peerNode) mountWithHpmount(t *testing.T, bin string) map[string]string 
 func (n *peerNode) runHpmount(t *testing.T, bin, op string) map[string]string {
 	t.Helper()
 	req := map[string]any{"op": op, "kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot, "launcherDir": launcherView}
+	if inCgroupV2Node {
+		req["cgroupMode"] = "v2"
+	}
 	var vols []desiredVolume
 	for _, v := range n.vols {
 		dv := desiredVolume{Name: v.name, Mode: v.mode, LauncherUID: n.launcher}
-		dv.Source.AttachmentPodUID, dv.Source.PVName = n.attach, n.pvName(v)
+		dv.Source.AttachmentPodUID, dv.Source.PVName = n.attachOf(v), n.pvName(v)
 		if v.mode == kubevirt.Block {
 			dv.ComputeContainerID = "containerd://" + computeID
 		}
@@ -265,13 +336,21 @@ type desiredVolume struct {
 // facts is what the differential compares per volume, each independent
 // of which world (loop device, pod UIDs) it was measured in.
 type facts struct {
-	Target      string // the entry in hotplug-disks
-	Kind        string // file bind, directory bind, block node
-	SourceSame  bool   // the target is the published source (dev and inode)
-	Owner       string // uid:gid
-	Perm        string
-	RdevSame    bool   // block: the node's major:minor is the device's
-	CgroupRule  string // block: the compute container's devices.list line for it
+	Target     string // the entry in hotplug-disks
+	Kind       string // file bind, directory bind, block node
+	SourceSame bool   // the target is the published source (dev and inode)
+	Owner      string // uid:gid
+	Perm       string
+	RdevSame   bool // block: the node's major:minor is the device's
+	// CgroupRule, block: v1, the compute container's devices.list line for
+	// it; v2, what a process of that cgroup may do with it: open the
+	// launcher's node for reading and writing ("vol:rw") and mknod it.
+	CgroupRule string
+	// Access, block on v2: what a process of the compute container may
+	// open besides: /dev/null and /dev/zero (the runtime allowed both) and
+	// a block device of no volume; and how many device programs are
+	// attached to its cgroup.
+	Access      string
 	Mounts      int    // mounts on the target in the node's table
 	Propagation string // of the top mount on the target
 	Launcher    string // what the launcher sees at launcherView/<target>
@@ -285,10 +364,13 @@ func (n *peerNode) facts(t *testing.T, v peerVolume) facts {
 		target += ".img"
 	}
 	f := facts{Target: target}
-	if v.mode == kubevirt.Block {
+	path := filepath.Join(hotplug, target)
+	if v.mode == kubevirt.Block && !inCgroupV2Node {
 		f.CgroupRule = cgroupLine(t, n.computeCgroup, n.loops[v.name].Dev(t))
 	}
-	path := filepath.Join(hotplug, target)
+	if v.mode == kubevirt.Block && inCgroupV2Node {
+		f.CgroupRule, f.Access = n.deviceAccess(t, v, target)
+	}
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
 		f.Target = "missing"
@@ -370,9 +452,14 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// buildHpmountSide builds hpmount's half from the root module.
+// buildHpmountSide builds hpmount's half from the root module, unless
+// sideEnv names one built already (from a commit, while the working tree
+// is mid-change).
 func buildHpmountSide(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv(sideEnv); bin != "" {
+		return bin
+	}
 	bin := filepath.Join(t.TempDir(), "hpmountside")
 	cmd := exec.Command("go", "build", "-o", bin, "./test/peer/hpmountside")
 	cmd.Dir = "../../.."
@@ -381,6 +468,9 @@ func buildHpmountSide(t *testing.T) string {
 	}
 	return bin
 }
+
+// sideEnv names a prebuilt test/peer/hpmountside.
+const sideEnv = "HPMOUNT_PEER_HPMOUNTSIDE"
 
 // difference is one fact a mounter sets otherwise than the other, with
 // why; the README's table lists each.

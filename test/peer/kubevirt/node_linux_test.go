@@ -23,7 +23,10 @@ import (
 // those, so that nothing it does reaches the machine's mount table.
 const (
 	nodeEnv = "HPMOUNT_PEER_NODE" // set in the PID-1 copy of the test binary
-	roleEnv = "HPMOUNT_PEER_ROLE" // "pod": the binary is a pod's process
+	roleEnv = "HPMOUNT_PEER_ROLE" // "pod": a pod's process; "probe": see runProbe
+	// cgroupEnv is "v2" in a node nested in the first one whose
+	// /sys/fs/cgroup is the cgroup2 hierarchy (inCgroupV2Node).
+	cgroupEnv = "HPMOUNT_PEER_CGROUP"
 	// kubeletRoot is the simulated kubelet's --root-dir, a shared tmpfs as
 	// /var/lib/kubelet is on a node.
 	kubeletRoot = "/kubelet"
@@ -34,6 +37,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv(roleEnv) == "pod":
 		os.Exit(runPod())
+	case os.Getenv(roleEnv) == "probe":
+		os.Exit(runProbe())
 	case os.Geteuid() != 0:
 		// Root tests skip, or fail under HPMOUNT_REQUIRE_ROOT.
 		os.Exit(m.Run())
@@ -72,12 +77,23 @@ func reexecAsNode() int {
 // of this PID namespace, a fresh /run, the kubelet root (shared, as on a
 // node) also at /pods where virt-handler mounts it, and /usr/bin with
 // virt-chroot added.
+//
+// A cgroup v2 node is built the same way inside the first node, whose
+// /usr/bin already holds virt-chroot, with the cgroup2 hierarchy bound
+// over /sys/fs/cgroup: KubeVirt (runc's IsCgroup2UnifiedMode) picks its v2
+// manager only when /sys/fs/cgroup itself is cgroup2.
 func enterNodeRoot() error {
 	wd, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	const root = "/mnt"
+	root := "/mnt"
+	if inCgroupV2Node {
+		root = "/run/peer-node-v2"
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return err
+		}
+	}
 	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "mode=0755"); err != nil {
 		return fmt.Errorf("mount node root: %w", err)
 	}
@@ -90,6 +106,7 @@ func enterNodeRoot() error {
 		dst := filepath.Join(root, name)
 		switch {
 		case name == "proc" || name == "mnt" || name == "run" || name == "lost+found":
+		case inCgroupV2Node && (name == "kubelet" || name == "pods"):
 		case e.Type()&os.ModeSymlink != 0:
 			target, err := os.Readlink("/" + name)
 			if err != nil {
@@ -110,12 +127,20 @@ func enterNodeRoot() error {
 	steps := []func() error{
 		func() error { return mountAt(root+"/proc", "proc", "proc", 0, "") },
 		func() error { return mountAt(root+"/run", "tmpfs", "tmpfs", 0, "mode=0755") },
-		func() error { return buildVirtChroot(root + chrootDir) },
+		func() error {
+			if inCgroupV2Node {
+				return unix.Mount(cgroup2Dir, root+"/sys/fs/cgroup", "", unix.MS_BIND, "")
+			}
+			return buildVirtChroot(root + chrootDir)
+		},
 		func() error { return mountAt(root+kubeletRoot, "tmpfs", "tmpfs", 0, "mode=0755") },
 		func() error { return unix.Mount("", root+kubeletRoot, "", unix.MS_SHARED, "") },
 		func() error { return os.MkdirAll(root+podsDir, 0o750) },
 		func() error { return mountAt(root+"/pods", root+podsDir, "", unix.MS_BIND, "") },
 		func() error {
+			if inCgroupV2Node {
+				return nil // the first node's /usr/bin, with virt-chroot
+			}
 			return unix.Mount("overlay", root+"/usr/bin", "overlay", unix.MS_RDONLY, "lowerdir="+root+chrootDir+":/usr/bin")
 		},
 		// virt-handler's image has QEMU's user, whom its ownership manager
@@ -302,4 +327,100 @@ func (p *pod) pid() int { return p.cmd.Process.Pid }
 func (p *pod) stop() {
 	p.stdin.Close()
 	_ = p.cmd.Wait()
+}
+
+// cgroup2Dir is where this machine mounts the cgroup2 hierarchy beside
+// the v1 ones (hybrid mode).
+const cgroup2Dir = "/sys/fs/cgroup/unified"
+
+// inCgroupV2Node is true in the nested node whose /sys/fs/cgroup is
+// cgroup2.
+var inCgroupV2Node = os.Getenv(cgroupEnv) == "v2"
+
+// runInCgroupV2Node runs the calling test again, alone, in a cgroup v2
+// node: a copy of the test binary as PID 1 of new PID and mount
+// namespaces inside this node. The copy runs the test's body (it finds
+// inCgroupV2Node set); this one fails when the copy fails, and logs what
+// it printed.
+func runInCgroupV2Node(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("/proc/self/exe", "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), cgroupEnv+"=v2")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	t.Logf("in the cgroup v2 node:\n%s", out)
+	if err != nil {
+		t.Fatalf("the test in the cgroup v2 node: %v", err)
+	}
+}
+
+// Environment of a probe process.
+const (
+	probeCgroupEnv = "HPMOUNT_PEER_PROBE_CGROUP" // the cgroup it joins first
+	probePathsEnv  = "HPMOUNT_PEER_PROBE_PATHS"  // "a;b": the nodes it opens
+	probeMknodEnv  = "HPMOUNT_PEER_PROBE_MKNOD"  // a block "MAJ:MIN" it mknods
+)
+
+// runProbe moves itself into a cgroup, as a process of the launcher's
+// compute container, and prints per path which of read and write opens the
+// device cgroup let through ("rw", "r-", "--"), then "m" or "-" for the
+// mknod of a block node of the given major:minor.
+func runProbe() int {
+	if err := os.WriteFile(filepath.Join(os.Getenv(probeCgroupEnv), "cgroup.procs"), []byte("0"), 0); err != nil {
+		fmt.Fprintf(os.Stderr, "probe: join cgroup: %v\n", err)
+		return 2
+	}
+	for _, p := range strings.Split(os.Getenv(probePathsEnv), ";") {
+		acc := []byte("--")
+		for i, flag := range []int{unix.O_RDONLY, unix.O_WRONLY} {
+			if fd, err := unix.Open(p, flag|unix.O_CLOEXEC, 0); err == nil {
+				unix.Close(fd)
+				acc[i] = "rw"[i]
+			}
+		}
+		fmt.Printf("%s %s\n", p, acc)
+	}
+	var maj, min uint32
+	if _, err := fmt.Sscanf(os.Getenv(probeMknodEnv), "%d:%d", &maj, &min); err == nil {
+		dir, err := os.MkdirTemp("/run", "peer-probe-")
+		if err != nil {
+			return 2
+		}
+		defer os.RemoveAll(dir)
+		m := "-"
+		if unix.Mknod(filepath.Join(dir, "node"), unix.S_IFBLK|0o600, int(unix.Mkdev(maj, min))) == nil {
+			m = "m"
+		}
+		fmt.Printf("mknod %s\n", m)
+	}
+	return 0
+}
+
+// probeAccess runs a probe in cgroup on each named path and returns
+// "name:rw name:-- ... mknod:m", names in the order given.
+func probeAccess(t *testing.T, cgroup string, mknod uint64, named ...[2]string) string {
+	t.Helper()
+	var paths []string
+	for _, n := range named {
+		paths = append(paths, n[1])
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), roleEnv+"=probe", probeCgroupEnv+"="+cgroup,
+		probePathsEnv+"="+strings.Join(paths, ";"), probeMknodEnv+"="+fmt.Sprintf("%d:%d", unix.Major(mknod), unix.Minor(mknod)))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("probe in %q: %v: %s", cgroup, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(named)+1 {
+		t.Fatalf("probe in %q printed %q", cgroup, out)
+	}
+	var res []string
+	for i, n := range named {
+		_, acc, _ := strings.Cut(lines[i], " ")
+		res = append(res, n[0]+":"+acc)
+	}
+	return strings.Join(append(res, strings.Replace(lines[len(named)], " ", ":", 1)), " ")
 }
