@@ -43,6 +43,8 @@ type Agent struct {
 	vmiTargetInformer cache.SharedIndexInformer
 	claimInformer     cache.SharedIndexInformer
 	queue             workqueue.TypedRateLimitingInterface[string]
+	// sweeps is the orphan sweep's own queue (orphans.go).
+	sweeps workqueue.TypedRateLimitingInterface[string]
 	// status writes volumeStatus off the reconcile path.
 	status *statusWriter
 	// growth runs growth checks off the reconcile workers (growth.go).
@@ -131,10 +133,8 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 		workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "hpmount", MetricsProvider: cfg.QueueMetrics},
 	)
+	a.sweeps = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	if err := a.setupInformers(); err != nil {
-		return nil, err
-	}
-	if err := a.setupTargetInformer(); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -158,6 +158,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopServers, err := a.startServers(ctx, srvErr)
 	if err != nil {
 		a.queue.ShutDown()
+		a.sweeps.ShutDown()
 		return err
 	}
 	defer stopServers()
@@ -172,6 +173,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("waiting for informer caches", "node", a.cfg.NodeName)
 	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced, a.vmiTargetInformer.HasSynced, a.claimInformer.HasSynced) {
 		a.queue.ShutDown()
+		a.sweeps.ShutDown()
 		select {
 		case err := <-srvErr:
 			return err
@@ -180,13 +182,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	}
 	a.synced.Store(true)
-	a.queue.Add(orphanSweepKey)
+	a.sweeps.Add(orphanSweepKey)
 	a.log.Info("informer caches synced, starting workers", "workers", a.cfg.Workers)
 
 	var wg sync.WaitGroup
 	for range a.cfg.Workers {
 		wg.Go(func() { a.worker(ctx) })
 	}
+	wg.Go(func() { a.sweepLoop(ctx) })
 	wg.Go(func() { a.resyncLoop(ctx) })
 	wg.Go(func() { a.statusWorker(ctx) })
 	// Not waited for: a growth check blocked on a frozen filesystem ends
@@ -201,6 +204,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		cancel()
 	}
 	a.queue.ShutDown()
+	a.sweeps.ShutDown()
 	a.status.queue.ShutDown()
 	wg.Wait()
 	a.log.Info("agent stopped; mounts left in place")
@@ -234,24 +238,6 @@ func (a *Agent) process(ctx context.Context, key string) {
 	a.queue.AddRateLimited(key)
 }
 
-// stateFor returns the remembered state of a key, creating it. A new VMI
-// under the same name keeps only the launchers still to be cleaned.
-func (a *Agent) stateFor(key string, uid types.UID) *vmiState {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, ok := a.states[key]
-	if !ok {
-		st = newVMIState()
-		a.states[key] = st
-	}
-	if st.uid != uid {
-		launchers := st.launchers
-		*st = *newVMIState()
-		st.launchers, st.uid = launchers, uid
-	}
-	return st
-}
-
 func (a *Agent) forget(key string) {
 	a.growth.prune(key, nil)
 	a.mu.Lock()
@@ -269,19 +255,6 @@ func (a *Agent) noteArrival(key string, t time.Time) {
 	if _, ok := a.arrived[key]; !ok {
 		a.arrived[key] = t
 	}
-}
-
-// takeArrival returns and clears when the oldest unreconciled change of key
-// arrived; now when none is known.
-func (a *Agent) takeArrival(key string, now time.Time) time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t, ok := a.arrived[key]
-	delete(a.arrived, key)
-	if !ok {
-		return now
-	}
-	return t
 }
 
 // takeResync reports and clears whether key is due for a periodic pass.

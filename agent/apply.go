@@ -33,6 +33,31 @@ type applied struct {
 	NotPropagated error
 }
 
+// passApplied is what the engine calls of one pass did, per launcher;
+// Finished is when the last of them returned.
+type passApplied struct {
+	Clean    map[types.UID][]applied
+	Launcher []applied
+	Finished time.Time
+}
+
+// applyPass runs the pass's plan: the launchers to empty first, in the
+// decision's order, then the served launcher. It is the only caller of the
+// engine's changing methods on the reconcile path.
+func (a *Agent) applyPass(ctx context.Context, d decision, o observation, p passPlan) passApplied {
+	out := passApplied{Clean: map[types.UID][]applied{}}
+	for _, uid := range d.Clean {
+		if ops, ok := p.Clean[uid]; ok {
+			out.Clean[uid] = a.apply(ctx, "", o.Snap, uid, ops)
+		}
+	}
+	if d.Launcher != nil && p.Launcher != nil {
+		out.Launcher = a.apply(ctx, d.Key, o.Snap, d.Launcher.UID, p.Launcher)
+	}
+	out.Finished = time.Now()
+	return out
+}
+
 // apply runs the plan of VMI key against launcher, in order. It never
 // changes the plan or the intents. A growth check goes to the growth
 // runner (growth.go) and its result is applied in a later pass, once it is

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"context"
-
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hpmount/hpmount/kubevirt"
@@ -22,11 +20,11 @@ type volumeIntent struct {
 }
 
 // pvResolver maps a claim to its bound PV name.
-type pvResolver func(ctx context.Context, namespace, claim string) (string, error)
+type pvResolver func(namespace, claim string) (string, error)
 
 // buildIntents computes the intent for every hotpluggable volume of the
 // VMI, for the given verified launcher.
-func buildIntents(ctx context.Context, vmi *kubevirt.VMI, launcher *corev1.Pod, pods kubevirt.PodLookup, resolve pvResolver) []volumeIntent {
+func buildIntents(vmi *kubevirt.VMI, launcher *corev1.Pod, pods kubevirt.PodLookup, resolve pvResolver) []volumeIntent {
 	var out []volumeIntent
 	for _, hv := range kubevirt.HotplugVolumes(vmi, launcher, pods) {
 		in := volumeIntent{HotplugVolume: hv, Desired: DesiredVolume{
@@ -39,7 +37,7 @@ func buildIntents(ctx context.Context, vmi *kubevirt.VMI, launcher *corev1.Pod, 
 			Source:             Source{AttachmentPodUID: hv.AttachPodUID},
 		}}
 		if hv.AttachPod != nil {
-			pv, err := resolve(ctx, vmi.Namespace, hv.Claim)
+			pv, err := resolve(vmi.Namespace, hv.Claim)
 			if err != nil {
 				in.Transient, in.Pending = err, err.Error()
 			} else {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -10,7 +9,7 @@ import (
 	"github.com/hpmount/hpmount/kubevirt"
 )
 
-func staticPV(_ context.Context, _, claim string) (string, error) { return "pv-" + claim, nil }
+func staticPV(_, claim string) (string, error) { return "pv-" + claim, nil }
 
 func TestBuildIntents(t *testing.T) {
 	pods := kubevirt.PodMap{launcherUID: launcherPod(), attachUID: attachmentPod()}
@@ -56,7 +55,7 @@ func TestBuildIntents(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			vmi := kt.Decode(vmiObject(tt.vols...))
-			intents := buildIntents(context.Background(), vmi, pods[launcherUID], pods, staticPV)
+			intents := buildIntents(vmi, pods[launcherUID], pods, staticPV)
 			got := map[string]kubevirt.VolumeMode{}
 			var pending []string
 			for _, in := range intents {

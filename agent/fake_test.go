@@ -296,3 +296,13 @@ func (ta *testAgent) growPass(t testing.TB) {
 		t.Fatal(err)
 	}
 }
+
+// stateFor returns what the agent remembers of key for the VMI uid,
+// remembering a new state if needed, for a test to set up.
+func (a *Agent) stateFor(key string, uid types.UID) *vmiState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := stateFor(a.states[key], uid)
+	a.states[key] = st
+	return st
+}

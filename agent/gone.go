@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,20 +93,16 @@ func runsHere(vmi *kubevirt.VMI, node string) bool {
 	return m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationSucceeded
 }
 
-// goneConfirmed reports whether a detach for a VMI that left the caches may
-// go ahead, counting the check; when it may not, the key is looked at
-// again soon.
-func (a *Agent) goneConfirmed(ctx context.Context, key string, uid types.UID) bool {
-	result, err := a.confirmGone(ctx, key, uid)
-	a.obs.GoneCheck(result)
-	switch result {
-	case GoneConfirmed, GoneReplaced, GoneElsewhere:
-		return true
-	case GoneStillHere:
-		a.log.Info("vmi is missing from the caches but still names this node; waiting for them before detaching anything", "vmi", key)
-	default:
-		a.log.Warn("vmi is missing from the caches and the API server cannot confirm it left; nothing is detached", "vmi", key, "error", err.Error())
+// goneAllowsDetach reports whether a confirmation's result lets the
+// launchers of a VMI that left the caches be emptied.
+func goneAllowsDetach(result string) bool {
+	return result == GoneConfirmed || result == GoneReplaced || result == GoneElsewhere
+}
+
+// goneLog says why nothing of a VMI missing from the caches was detached.
+func goneLog(result string, err error) logLine {
+	if result == GoneStillHere {
+		return logLine{slog.LevelInfo, "vmi is missing from the caches but still names this node; waiting for them before detaching anything", nil}
 	}
-	a.queue.AddAfter(key, goneRecheck)
-	return false
+	return logLine{slog.LevelWarn, "vmi is missing from the caches and the API server cannot confirm it left; nothing is detached", []any{"error", err.Error()}}
 }

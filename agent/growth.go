@@ -157,7 +157,8 @@ func (a *Agent) runGrowth(ctx context.Context) {
 func (a *Agent) growOnce(ctx context.Context, k growKey, v DesiredVolume) applied {
 	o := op{Kind: outcome.Grow, Name: k.volume, Intent: &volumeIntent{Desired: v}}
 	start := time.Now()
-	snap, err := a.snapshotFor(ctx, k.launcher)
+	snap, read, err := a.snapshotFor(ctx, k.launcher)
+	a.reportSnapshot(read)
 	if err != nil {
 		return applied{Op: o, Took: time.Since(start), Result: outcome.Error,
 			Err: fmt.Errorf("grow volume %q: %w", k.volume, err), Canceled: ctx.Err() != nil}

@@ -97,7 +97,42 @@ func (a *Agent) setupInformers() error {
 			return fmt.Errorf("add uid index to %s informer: %w", name, err)
 		}
 	}
+	if err := a.setupTargetInformer(); err != nil {
+		return err
+	}
 	return a.addEventHandlers()
+}
+
+// setupTargetInformer builds the informer of VMIs whose migration targets
+// this node.
+func (a *Agent) setupTargetInformer() error {
+	vmis := a.dyn.Resource(kubevirt.VMIResource).Namespace(metav1.NamespaceAll)
+	sel := labels.SelectorFromSet(labels.Set{kubevirt.LabelMigrationTargetNode: a.cfg.NodeName}).String()
+	a.vmiTargetInformer = a.newInformer("migration-target-vmis", &unstructured.Unstructured{}, a.dyn, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			return vmis.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return vmis.Watch(ctx, o)
+		},
+	})
+	inf := a.vmiTargetInformer
+	if err := inf.SetTransform(TrimVMI); err != nil {
+		return fmt.Errorf("set transform on migration target vmi informer: %w", err)
+	}
+	if err := inf.AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
+		return fmt.Errorf("add uid index to migration target vmi informer: %w", err)
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    a.vmiChanged,
+		UpdateFunc: func(_, obj any) { a.vmiChanged(obj) },
+		DeleteFunc: a.enqueueObject,
+	}); err != nil {
+		return fmt.Errorf("add migration target vmi event handler: %w", err)
+	}
+	return nil
 }
 
 // addEventHandlers turns changes of VMIs, pods and claims into queued
@@ -323,5 +358,5 @@ func (a *Agent) enqueueAll() {
 	for _, k := range keys {
 		a.queue.Add(k)
 	}
-	a.queue.Add(orphanSweepKey)
+	a.sweeps.Add(orphanSweepKey)
 }

@@ -3,15 +3,43 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubevirt"
 )
 
-// orphanSweepKey is the work-queue key of the sweep for what deleted
-// launchers left behind. It cannot collide with a namespace/name key.
-const orphanSweepKey = "\x00orphans"
+// orphanSweepKey is the one key of the sweep's own queue (Agent.sweeps):
+// a sweep belongs to no VMI, so it runs in a loop of its own, retried on
+// failure like a reconcile, and never holds a VMI worker.
+const orphanSweepKey = "orphans"
+
+// sweepLoop runs the sweep whenever it is asked for (once the caches
+// synced, and every resync period), until its queue shuts down.
+func (a *Agent) sweepLoop(ctx context.Context) {
+	for {
+		key, quit := a.sweeps.Get()
+		if quit {
+			return
+		}
+		start := time.Now()
+		err := a.sweepOrphans(ctx)
+		// Counted with the reconciles, as it was while it shared their queue.
+		a.obs.Reconciled(time.Since(start))
+		switch {
+		case err == nil || ctx.Err() != nil:
+			a.sweeps.Forget(key)
+		default:
+			a.log.Warn("orphan sweep failed, retrying", "error", err.Error(), "retries", a.sweeps.NumRequeues(key))
+			a.sweeps.AddRateLimited(key)
+		}
+		a.sweeps.Done(key)
+	}
+}
 
 // sweepOrphans detaches everything in the hotplug-disks directory of a pod
 // that is confirmed gone from the synced pod cache of this node, or is a
@@ -24,7 +52,8 @@ func (a *Agent) sweepOrphans(ctx context.Context) error {
 	if !a.synced.Load() {
 		return errors.New("informer caches not synced")
 	}
-	snap, err := a.snapshotFor(ctx)
+	snap, read, err := a.snapshotFor(ctx)
+	a.reportSnapshot(read)
 	if err != nil {
 		return err
 	}
@@ -32,7 +61,9 @@ func (a *Agent) sweepOrphans(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if snap, err = a.snapshotFor(ctx, launchers...); err != nil {
+	snap, read, err = a.snapshotFor(ctx, launchers...)
+	a.reportSnapshot(read)
+	if err != nil {
 		return err
 	}
 	// Nothing is remembered of an orphan: it belongs to no known VMI, so
@@ -44,9 +75,22 @@ func (a *Agent) sweepOrphans(ctx context.Context) error {
 			continue
 		}
 		log := a.log.With("launcher", string(uid), "orphan", true)
-		errs = append(errs, a.detachAll(ctx, snap, st, nil, log, uid))
+		errs = append(errs, a.sweepLauncher(ctx, snap, st, log, uid))
 	}
 	return errors.Join(errs...)
+}
+
+// sweepLauncher empties one orphan's hotplug-disks: the plan of a launcher
+// that wants nothing, summarized and reported like a reconcile's.
+func (a *Agent) sweepLauncher(ctx context.Context, snap Snapshot, st *vmiState, log *slog.Logger, launcher types.UID) error {
+	observed, err := a.engine.Observe(ctx, snap, launcher)
+	if err != nil {
+		return fmt.Errorf("observe gone launcher %s: %w", launcher, err)
+	}
+	done := a.apply(ctx, "", snap, launcher, buildPlan(planInput{Observed: observed}))
+	s := summarize(summaryInput{Observed: observed, Applied: done})
+	a.reportPart(st, nil, log, s)
+	return errors.Join(s.Errs...)
 }
 
 // sweepable reports whether the sweep may detach what the hotplug-disks

@@ -36,7 +36,7 @@ func TestSweepOrphans(t *testing.T) {
 			ta := newTestAgent(t, nil)
 			ta.addPods(t, tt.pods...)
 			ta.engine.setObserved(tt.launcher, healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block))
-			if err := ta.reconcile(context.Background(), orphanSweepKey); err != nil {
+			if err := ta.sweepOrphans(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			got := ta.engine.changing()

@@ -3,6 +3,8 @@ package agent
 import (
 	"sort"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -36,6 +38,40 @@ type planInput struct {
 	// GrowthReady reports whether a finished growth check of the volume
 	// waits to be reported (apply takes it; growth.go).
 	GrowthReady func(name string) bool
+}
+
+// passPlan is the engine calls of one pass: for each launcher to empty,
+// and for the served launcher.
+type passPlan struct {
+	Clean    map[types.UID][]op
+	Launcher []op
+}
+
+// planPass plans every launcher the pass observed: nothing is desired in
+// a launcher to empty; the served one gets its volumes' intents. A
+// launcher that could not be observed, or whose hotplug-disks is refused,
+// gets no plan.
+func planPass(d decision, o observation) passPlan {
+	p := passPlan{Clean: map[types.UID][]op{}}
+	for uid, ol := range o.Clean {
+		if ol.Err == nil {
+			p.Clean[uid] = buildPlan(planInput{Observed: ol.Volumes})
+		}
+	}
+	if d.Launcher == nil || o.Launcher.Err != nil || o.Launcher.Refusal != nil || o.Snap == nil {
+		return p
+	}
+	st := d.State
+	p.Launcher = buildPlan(planInput{
+		Spec: &d.VMI.Spec, Intents: d.Intents, Observed: o.Launcher.Volumes, Resync: d.Resync,
+		VerifyBlock: st.compute != "" && st.compute != d.Compute, GrowFilesystems: d.GrowFilesystems,
+		CapacityChanged: func(name string, c int64) bool {
+			last, ok := st.capacity[name]
+			return !ok || last != c
+		},
+		GrowthReady: o.GrowthReady,
+	})
+	return p
 }
 
 // buildPlan returns the ordered engine calls that turn observed into

@@ -2,41 +2,92 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 
-	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
 )
 
-// apiTimeout bounds one API call the agent makes itself.
-const apiTimeout = 10 * time.Second
+// report carries a pass out, in order: its logs, the mount-table read,
+// the summaries with their Events and metrics, the migration steps and the
+// volumeStatus updates (to the status writer's queue). It is the only
+// writer of what the agent remembers of the VMI, and returns the errors
+// the pass is retried on.
+func (a *Agent) report(r passReport) error {
+	log := a.log.With("vmi", r.Key)
+	for _, l := range r.Logs {
+		log.Log(context.Background(), l.Level, l.Msg, l.Attrs...)
+	}
+	a.reportSnapshot(r.Read)
+	if r.GoneCheck != "" {
+		a.obs.GoneCheck(r.GoneCheck)
+	}
+	for _, m := range r.Migrations {
+		a.obs.Migration(m.Event, m.Took)
+	}
+	for _, s := range r.Parts {
+		a.reportPart(r.State, r.Ref, log.With(s.LogAttrs...), s)
+	}
+	for _, v := range r.Pending {
+		a.obs.VolumeState(r.Namespace, r.Name, v.Name, v.Mode, v.State)
+	}
+	a.remember(r)
+	if r.Requeue > 0 {
+		a.queue.AddAfter(r.Key, r.Requeue)
+	}
+	if len(r.Status) > 0 {
+		a.status.add(r.Key, r.Status)
+	}
+	return errors.Join(r.Errs...)
+}
 
-func vmiRef(ns, name string, uid types.UID, rv string) *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		APIVersion:      kubevirt.VMIAPIVersion,
-		Kind:            kubevirt.VMIKind,
-		Namespace:       ns,
-		Name:            name,
-		UID:             uid,
-		ResourceVersion: rv,
+// remember stores the state the pass leaves, or forgets the key, and
+// drops the finished growth checks nobody will report.
+func (a *Agent) remember(r passReport) {
+	switch {
+	case r.Forget:
+		a.forget(r.Key)
+		a.obs.ForgetVMI(r.Namespace, r.Name)
+		return
+	case r.State == nil:
+		return
+	}
+	a.mu.Lock()
+	a.states[r.Key] = r.State
+	a.mu.Unlock()
+	if r.GrowthLauncher != "" {
+		a.growth.prune(r.Key, func(k growKey) bool { return k.launcher == r.GrowthLauncher && r.GrowthSpec.HasVolume(k.volume) })
 	}
 }
 
-// report carries a summary out: metrics, logs, Events (ref nil sends
-// none) and the growth capacities to remember. The volumeStatus updates go
-// to the status writer's queue (see reconcileLauncher).
-func (a *Agent) report(st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, s summary) {
+// reportSnapshot reports a read of the host mount table; nil is none.
+// Lines that could not be parsed are logged once per distinct first
+// error: they were left out, the node goes on.
+func (a *Agent) reportSnapshot(r *snapshotRead) {
+	if r == nil {
+		return
+	}
+	a.obs.SnapshotTaken(r.Entries, r.Unparsed, r.Took)
+	if r.Unparsed == 0 {
+		return
+	}
+	msg := fmt.Sprint(r.Why)
+	a.mu.Lock()
+	seen := a.lastUnparsed == msg
+	a.lastUnparsed = msg
+	a.mu.Unlock()
+	if !seen {
+		a.log.Warn("lines of the host mount table could not be parsed and were left out", "lines", r.Unparsed, "first", msg)
+	}
+}
+
+// reportPart carries one summary out: metrics, logs, Events (ref nil
+// sends none) and the growth capacities to remember.
+func (a *Agent) reportPart(st *vmiState, ref *corev1.ObjectReference, log *slog.Logger, s summary) {
 	for _, o := range s.Ops {
 		a.obs.OpAttempt(string(o.Op), string(o.Result), o.Took)
 		a.logOp(log, o)
@@ -112,83 +163,4 @@ func (a *Agent) emit(st *vmiState, ref *corev1.ObjectReference, log *slog.Logger
 	if ref != nil {
 		a.recorder.Event(ref, e.Type, e.Reason, e.Message)
 	}
-}
-
-type jsonPatchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value"`
-}
-
-// volumeStatusPatch builds a JSON patch for the VMI object: a test op that
-// status.volumeStatus is still exactly what was read, then one replace per
-// changed entry. It returns nil when nothing changes. Unknown fields of the
-// entries are kept.
-func volumeStatusPatch(u *unstructured.Unstructured, updates map[string]statusUpdate) ([]byte, error) {
-	list, found, err := unstructured.NestedSlice(u.Object, "status", "volumeStatus")
-	if err != nil {
-		return nil, fmt.Errorf("read status.volumeStatus of vmi %q: %w", u.GetNamespace()+"/"+u.GetName(), err)
-	}
-	if !found {
-		return nil, nil
-	}
-	ops := []jsonPatchOp{{Op: "test", Path: "/status/volumeStatus", Value: list}}
-	for i, raw := range list {
-		entry, ok := raw.(map[string]any)
-		if !ok {
-			continue
-		}
-		name, _ := entry["name"].(string)
-		up, ok := updates[name]
-		if !ok {
-			continue
-		}
-		phase, _ := entry["phase"].(string)
-		if phase == up.Phase || (up.Phase == kubevirt.PhaseMountedToPod && phase == kubevirt.PhaseReady) {
-			continue
-		}
-		changed := make(map[string]any, len(entry)+3)
-		for k, v := range entry {
-			changed[k] = v
-		}
-		changed["phase"], changed["reason"], changed["message"] = up.Phase, up.Reason, up.Message
-		ops = append(ops, jsonPatchOp{Op: "replace", Path: fmt.Sprintf("/status/volumeStatus/%d", i), Value: changed})
-	}
-	if len(ops) == 1 {
-		return nil, nil
-	}
-	return json.Marshal(ops)
-}
-
-// patchVolumeStatus writes the updates to the VMI object (the VMI CRD has no
-// status subresource). The first try uses the cached object; a conflict or
-// a failed test op re-reads the VMI and tries again.
-func (a *Agent) patchVolumeStatus(ctx context.Context, cached *unstructured.Unstructured, updates map[string]statusUpdate) error {
-	ns, name := cached.GetNamespace(), cached.GetName()
-	client := a.dyn.Resource(kubevirt.VMIResource).Namespace(ns)
-	current := cached
-	backoff := wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1}
-	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsInvalid(err) }
-	return retry.OnError(backoff, retriable, func() error {
-		if current == nil {
-			ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-			defer cancel()
-			fresh, err := client.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("get vmi %s/%s: %w", ns, name, err)
-			}
-			current = fresh
-		}
-		patch, err := volumeStatusPatch(current, updates)
-		current = nil
-		if err != nil || patch == nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-		defer cancel()
-		if _, err := client.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-			return err
-		}
-		return nil
-	})
 }

@@ -100,35 +100,29 @@ func (c *snapshots) touched(launcher types.UID) {
 	c.changed[launcher] = c.seq
 }
 
+// snapshotRead is one read of the host mount table, for report: the
+// mounts read, the lines that could not be parsed and the first reason,
+// the time it took.
+type snapshotRead struct {
+	Entries, Unparsed int
+	Why               error
+	Took              time.Duration
+}
+
 // snapshotFor returns a mount-table snapshot that is current for the
-// launchers given: the shared one when it is, a new read otherwise.
-func (a *Agent) snapshotFor(ctx context.Context, launchers ...types.UID) (Snapshot, error) {
+// launchers given: the shared one when it is, a new read otherwise, which
+// it returns too.
+func (a *Agent) snapshotFor(ctx context.Context, launchers ...types.UID) (Snapshot, *snapshotRead, error) {
 	if s, ok := a.snaps.fresh(time.Now(), launchers); ok {
-		return s, nil
+		return s, nil, nil
 	}
 	start, t := a.snaps.begin(), time.Now()
 	snap, err := a.engine.Snapshot(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read host mount table: %w", err)
+		return nil, nil, fmt.Errorf("read host mount table: %w", err)
 	}
-	unparsed, why := snap.Unparsed()
-	a.obs.SnapshotTaken(snap.Entries(), unparsed, time.Since(t))
-	if unparsed > 0 {
-		a.warnUnparsed(unparsed, why)
-	}
+	read := &snapshotRead{Entries: snap.Entries(), Took: time.Since(t)}
+	read.Unparsed, read.Why = snap.Unparsed()
 	a.snaps.store(snap, start, t)
-	return snap, nil
-}
-
-// warnUnparsed logs lines of the mount table that could not be parsed,
-// once per distinct first error: they were left out, the node goes on.
-func (a *Agent) warnUnparsed(n int, why error) {
-	msg := fmt.Sprint(why)
-	a.mu.Lock()
-	seen := a.lastUnparsed == msg
-	a.lastUnparsed = msg
-	a.mu.Unlock()
-	if !seen {
-		a.log.Warn("lines of the host mount table could not be parsed and were left out", "lines", n, "first", msg)
-	}
+	return snap, read, nil
 }

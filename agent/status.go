@@ -2,8 +2,19 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hpmount/hpmount/kubevirt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -96,4 +107,86 @@ func (a *Agent) writeStatus(ctx context.Context, key string) error {
 		return err
 	}
 	return nil
+}
+
+// apiTimeout bounds one API call the agent makes itself.
+const apiTimeout = 10 * time.Second
+
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// volumeStatusPatch builds a JSON patch for the VMI object: a test op that
+// status.volumeStatus is still exactly what was read, then one replace per
+// changed entry. It returns nil when nothing changes. Unknown fields of the
+// entries are kept.
+func volumeStatusPatch(u *unstructured.Unstructured, updates map[string]statusUpdate) ([]byte, error) {
+	list, found, err := unstructured.NestedSlice(u.Object, "status", "volumeStatus")
+	if err != nil {
+		return nil, fmt.Errorf("read status.volumeStatus of vmi %q: %w", u.GetNamespace()+"/"+u.GetName(), err)
+	}
+	if !found {
+		return nil, nil
+	}
+	ops := []jsonPatchOp{{Op: "test", Path: "/status/volumeStatus", Value: list}}
+	for i, raw := range list {
+		entry, ok := raw.(map[string]any)
+		if !ok {
+			continue
+		}
+		name, _ := entry["name"].(string)
+		up, ok := updates[name]
+		if !ok {
+			continue
+		}
+		phase, _ := entry["phase"].(string)
+		if phase == up.Phase || (up.Phase == kubevirt.PhaseMountedToPod && phase == kubevirt.PhaseReady) {
+			continue
+		}
+		changed := make(map[string]any, len(entry)+3)
+		for k, v := range entry {
+			changed[k] = v
+		}
+		changed["phase"], changed["reason"], changed["message"] = up.Phase, up.Reason, up.Message
+		ops = append(ops, jsonPatchOp{Op: "replace", Path: fmt.Sprintf("/status/volumeStatus/%d", i), Value: changed})
+	}
+	if len(ops) == 1 {
+		return nil, nil
+	}
+	return json.Marshal(ops)
+}
+
+// patchVolumeStatus writes the updates to the VMI object (the VMI CRD has no
+// status subresource). The first try uses the cached object; a conflict or
+// a failed test op re-reads the VMI and tries again.
+func (a *Agent) patchVolumeStatus(ctx context.Context, cached *unstructured.Unstructured, updates map[string]statusUpdate) error {
+	ns, name := cached.GetNamespace(), cached.GetName()
+	client := a.dyn.Resource(kubevirt.VMIResource).Namespace(ns)
+	current := cached
+	backoff := wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1}
+	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsInvalid(err) }
+	return retry.OnError(backoff, retriable, func() error {
+		if current == nil {
+			ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+			defer cancel()
+			fresh, err := client.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("get vmi %s/%s: %w", ns, name, err)
+			}
+			current = fresh
+		}
+		patch, err := volumeStatusPatch(current, updates)
+		current = nil
+		if err != nil || patch == nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+		defer cancel()
+		if _, err := client.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		return nil
+	})
 }

@@ -1,8 +1,15 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
@@ -53,6 +60,9 @@ type summary struct {
 	// soon instead of waiting for the resync.
 	Requeue bool
 	Errs    []error
+	// LogAttrs name what the summary is about in its logs (a launcher
+	// emptied), beside the VMI.
+	LogAttrs []any
 }
 
 type volumeState struct {
@@ -88,6 +98,232 @@ func onceKey(volume, reason string) string { return volume + "/" + reason }
 // entry.
 type statusUpdate struct {
 	Phase, Reason, Message string
+}
+
+// passReport is everything one pass has to say, in the order report says
+// it, and the state to remember after it.
+type passReport struct {
+	Key, Namespace, Name string
+	Ref                  *corev1.ObjectReference
+	Logs                 []logLine
+	// Parts are the pass's summaries in order: what was decided, each
+	// launcher emptied, the served launcher, the migration's steps.
+	Parts      []summary
+	Migrations []migrationStep
+	// GoneCheck is the result of confirming a gone VMI, "" if none ran.
+	GoneCheck string
+	Read      *snapshotRead
+	// Pending volumes: no launcher to attach to.
+	Pending []volumeState
+	// State is the state to remember; Forget drops the key instead.
+	State  *vmiState
+	Forget bool
+	// Growth names the served launcher and its VMI's spec: finished
+	// growth checks of anything else are dropped.
+	GrowthLauncher types.UID
+	GrowthSpec     *kubevirt.VMISpec
+	// Requeue asks for another pass that soon, when not 0.
+	Requeue time.Duration
+	Status  map[string]statusUpdate
+	Errs    []error
+}
+
+// migrationStep is one step of a migration for the Observer.
+type migrationStep struct {
+	Event string
+	Took  time.Duration
+}
+
+// summarizePass decides what the whole pass means. It is pure: the state
+// it returns is its own copy of the decision's.
+func summarizePass(d decision, o observation, done passApplied) passReport {
+	r := passReport{Key: d.Key, Namespace: d.Namespace, Name: d.Name, Ref: d.Ref, Logs: slices.Clone(d.Logs), Read: o.Read}
+	if d.State == nil {
+		return r
+	}
+	r.State = d.State.clone()
+	r.Parts = append(r.Parts, summary{Events: d.Events})
+	if d.Gone {
+		r.gone(d, o, done)
+		return r
+	}
+	if d.ClearRefusal {
+		r.Parts = append(r.Parts, summary{Cleared: []string{onceKey("", EventHotplugRefused)}})
+	}
+	if d.Handoff {
+		m := r.State.migration
+		r.Migrations = append(r.Migrations, migrationStep{Event: MigrationHandoff})
+		r.Logs = append(r.Logs, logLine{slog.LevelInfo, "migration handed off to this node", []any{"migration", string(m.UID), "source", m.SourceNode, "targetPod", m.TargetPod}})
+	}
+	if d.Launcher == nil && len(d.Clean) == 0 {
+		r.Pending = d.Pending
+		return r
+	}
+	if o.SnapErr != nil {
+		r.Errs = append(r.Errs, o.SnapErr)
+		return r
+	}
+	r.Errs = append(r.Errs, r.cleaned(d, o, done)...)
+	r.targetCleaned(d)
+	if d.Launcher != nil {
+		r.served(d, o, done)
+	}
+	return r
+}
+
+// gone finishes the pass of a VMI that left the caches: its launchers
+// are emptied once that is confirmed, and it is forgotten once none is
+// left to empty or held for a handoff.
+func (r *passReport) gone(d decision, o observation, done passApplied) {
+	if d.ConfirmGone {
+		r.GoneCheck = o.Gone
+		if !goneAllowsDetach(o.Gone) {
+			r.Logs = append(r.Logs, goneLog(o.Gone, o.GoneErr))
+			r.Requeue = goneRecheck
+			return
+		}
+		if o.SnapErr != nil {
+			r.Errs = append(r.Errs, o.SnapErr)
+			return
+		}
+		if errs := r.cleaned(d, o, done); len(errs) > 0 {
+			r.Errs = append(r.Errs, errors.Join(errs...))
+			return
+		}
+	}
+	if len(d.Held) > 0 {
+		// The pod's end, or the resync, brings the key back.
+		r.Logs = append(r.Logs, logLine{slog.LevelDebug, "vmi left for its migration target; the source launcher keeps its mounts until it stops", []any{"launchers", len(d.Held)}})
+		return
+	}
+	if m := r.State.migration; m.Role == kubevirt.RoleSource && !m.Ended() && len(d.Clean) > 0 {
+		r.Migrations = append(r.Migrations, migrationStep{Event: MigrationSourceCleaned})
+		var s summary
+		s.normal("", EventMigrationSourceCleaned, fmt.Sprintf("The VMI left node %s for %s (migration %s) and its source virt-launcher pod, now gone, holds nothing of its hotplug volumes",
+			d.Node, m.TargetNode, m.UID))
+		r.Parts = append(r.Parts, s)
+	}
+	r.Logs = append(r.Logs, logLine{slog.LevelInfo, "vmi gone from node, forgetting it", nil})
+	r.Forget = true
+}
+
+// cleaned summarizes each launcher emptied, in the decision's order, and
+// forgets each one that is clean.
+func (r *passReport) cleaned(d decision, o observation, done passApplied) []error {
+	var errs []error
+	for _, uid := range d.Clean {
+		ol := o.Clean[uid]
+		if ol.Err != nil {
+			errs = append(errs, ol.Err)
+			continue
+		}
+		s := summarize(summaryInput{Observed: ol.Volumes, Applied: done.Clean[uid]})
+		s.LogAttrs = []any{"launcher", string(uid)}
+		r.Parts = append(r.Parts, s)
+		if err := errors.Join(s.Errs...); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(r.State.launchers, uid)
+	}
+	return errs
+}
+
+// targetCleaned sends MigrationTargetCleaned once per migration, after
+// the abandoned target launchers were cleaned without error.
+func (r *passReport) targetCleaned(d decision) {
+	m := &r.State.migration
+	if m.cleaned || len(d.Abandoned) == 0 {
+		return
+	}
+	for _, uid := range d.Abandoned {
+		if r.State.launchers[uid] {
+			return // not clean yet
+		}
+	}
+	m.cleaned = true
+	r.Migrations = append(r.Migrations, migrationStep{Event: MigrationTargetCleaned})
+	var s summary
+	s.normal("", EventMigrationTargetCleaned, fmt.Sprintf("Migration %s %s: its target virt-launcher pod on node %s holds nothing of the VMI's hotplug volumes",
+		m.UID, m.Phase, m.TargetNode))
+	r.Parts = append(r.Parts, s)
+}
+
+// served summarizes the pass of the served launcher.
+func (r *passReport) served(d decision, o observation, done passApplied) {
+	st := r.State
+	r.GrowthLauncher, r.GrowthSpec = d.Launcher.UID, &d.VMI.Spec
+	if ref := o.Launcher.Refusal; ref != nil {
+		// hotplug-disks itself is unsafe (a symlink, a parent that is
+		// one): no volume can be served and retrying cannot help until it
+		// is repaired; a resync looks again. The key names no volume.
+		r.Parts = append(r.Parts, summary{Events: []event{refusalEvent(launcherDirKey, ref)}})
+		return
+	}
+	if o.Launcher.Err != nil {
+		r.Errs = append(r.Errs, o.Launcher.Err)
+		return
+	}
+	noteWanted(st, d.Intents, o.Launcher.Volumes, d.Arrived)
+	if !slices.ContainsFunc(done.Launcher, func(a applied) bool { return a.Op.Kind == outcome.Verify && a.Result == outcome.Error }) {
+		st.compute = d.Compute // else the retry verifies again
+	}
+	s := summarize(summaryInput{
+		VMI: d.VMI, Intents: d.Intents, Observed: o.Launcher.Volumes, Applied: done.Launcher,
+		ReportVolumeStatus: d.WriteStatus, LastCapacity: maps.Clone(st.capacity),
+	})
+	r.Parts = append(r.Parts, s)
+	if d.Target {
+		r.targetReady(d, s, done.Finished)
+	}
+	if s.Requeue {
+		r.Requeue = time.Second
+	}
+	if d.WriteStatus && len(s.Status) > 0 {
+		r.Status = s.Status
+	}
+	r.Errs = append(r.Errs, s.Errs...)
+}
+
+// targetReady sends MigrationTargetReady once per migration, when every
+// hotplug volume of the target launcher is usable.
+func (r *passReport) targetReady(d decision, s summary, now time.Time) {
+	m := &r.State.migration
+	intents := len(d.Intents)
+	if m.ready || m.handoff.IsZero() || intents == 0 {
+		return
+	}
+	mounted := 0
+	for _, v := range s.Volumes {
+		if v.State == StateMounted {
+			mounted++
+		}
+	}
+	if mounted < intents {
+		return
+	}
+	m.ready = true
+	took := now.Sub(m.handoff)
+	r.Migrations = append(r.Migrations, migrationStep{Event: MigrationTargetReady, Took: took})
+	var e summary
+	e.normal("", EventMigrationTargetReady, fmt.Sprintf("All %d hotplug volumes are mounted in migration target virt-launcher pod %s, %s after the handoff of migration %s was seen",
+		intents, d.Launcher.Name, took.Round(time.Millisecond), m.UID))
+	r.Parts = append(r.Parts, e)
+}
+
+// noteWanted starts the attach latency of every volume that is desired but
+// not usable yet, at the arrival of the VMI change being reconciled. A
+// volume already usable when first seen (adopted after a restart) has none.
+func noteWanted(st *vmiState, intents []volumeIntent, observed []ObservedVolume, arrived time.Time) {
+	for i := range intents {
+		it := &intents[i]
+		if _, ok := st.wanted[it.Name]; ok || it.Refused != nil {
+			continue
+		}
+		if !findObserved(observed, it.Name).Healthy(it.Desired.Mode) {
+			st.wanted[it.Name] = arrived
+		}
+	}
 }
 
 // summarize decides what a pass means. It is pure: no I/O, no agent state.

@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/kubevirt"
+)
+
+// decision is what one pass wants, decided from the world alone: the
+// launcher to serve and its volumes' intents, the launchers to empty and
+// the ones to leave alone, and the remembered state as it stands before
+// the node is looked at.
+type decision struct {
+	Key, Namespace, Name string
+	// Ref is the VMI the pass's Events are about; nil when there is
+	// nothing to report on.
+	Ref *corev1.ObjectReference
+	// State is the next remembered state; nil leaves memory as it is.
+	State *vmiState
+	// Logs and Events (launcher refused, launcher chosen) go out first.
+	Logs   []logLine
+	Events []event
+	// ClearRefusal: a launcher qualified, so the VMI's refusal Warning may
+	// be sent again once the launcher is refused again.
+	ClearRefusal bool
+	// Handoff: this pass first saw a handoff to a launcher of this node.
+	Handoff bool
+	// Pending: no launcher to attach to and nothing to clean; every
+	// hotplug volume is pending.
+	Pending []volumeState
+	// Gone: the VMI is in neither cache. ConfirmGone: launchers are to be
+	// emptied once the API server confirms it (gone.go).
+	Gone, ConfirmGone bool
+	// Clean are the launchers to empty: gone or terminated ones, the
+	// abandoned targets of a failed migration, all of a gone VMI's.
+	// Abandoned are among them; Held stay as they are (heldForHandoff).
+	Clean, Abandoned, Held []types.UID
+	// Launcher is the launcher to serve, VMI the VMI as it is judged for
+	// it (kubevirt.ForLauncher), Intents its hotplug volumes.
+	Launcher *corev1.Pod
+	VMI      *kubevirt.VMI
+	Intents  []volumeIntent
+	// Compute names the launcher and its compute container.
+	Compute string
+	// Target: Launcher is the target of a migration still running, whose
+	// volumeStatus virt-handler on the source owns.
+	Target bool
+	// WriteStatus asks for volumeStatus updates.
+	WriteStatus     bool
+	Resync          bool
+	GrowFilesystems bool
+	Arrived         time.Time
+	Node            string
+}
+
+// logLine is one log record a pass asks report to write, on the VMI's
+// logger.
+type logLine struct {
+	Level slog.Level
+	Msg   string
+	Attrs []any
+}
+
+// decide turns the world into what the pass wants. It is pure: it reads
+// only w, and w's caches through their lookups.
+func decide(w world) decision {
+	d := decision{Key: w.Key, Namespace: w.Namespace, Name: w.Name, Resync: w.Resync, GrowFilesystems: w.GrowFilesystems, Arrived: w.Arrived, Node: w.Node}
+	switch {
+	case w.DecodeErr != nil:
+		// Retrying cannot help until the object changes, which enqueues it.
+		d.Logs = []logLine{{slog.LevelError, "cannot decode vmi", []any{"error", w.DecodeErr.Error()}}}
+		return d
+	case w.VMI == nil && w.Remembered == nil:
+		return d
+	case w.VMI == nil:
+		d.State, d.Gone = w.Remembered, true
+		d.Ref = vmiRef(w.Namespace, w.Name, d.State.uid, "")
+		d.Clean, d.Held = heldForHandoff(d.State, w.Pods)
+		d.ConfirmGone = len(d.Clean) > 0
+		return d
+	}
+	vmi := w.VMI
+	d.State = stateFor(w.Remembered, vmi.UID)
+	d.Ref = vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
+	choice := kubevirt.ChooseLauncher(vmi, w.Node, w.Pods)
+	d.Handoff = noteMigration(d.State, choice.Migration, w.Now)
+	if choice.Refusal != nil {
+		d.Events = append(d.Events, refusalEvent("", choice.Refusal))
+	}
+	if choice.Why != "" {
+		d.Events = append(d.Events, event{Type: corev1.EventTypeNormal, Reason: EventLauncherChosen, Message: choice.Why, Once: true})
+	}
+	d.Abandoned = abandonedLaunchers(d.State, vmi, choice, w.Pods)
+	d.Clean = staleLaunchers(d.State, choice.Launcher, d.Abandoned, w.Pods)
+	if choice.Launcher == nil {
+		if len(d.Clean) == 0 {
+			d.Pending = pendingVolumes(vmi)
+		}
+		return d
+	}
+	d.decideLauncher(w, choice.Launcher)
+	return d
+}
+
+// decideLauncher judges the VMI's volumes for the launcher it runs in.
+func (d *decision) decideLauncher(w world, launcher *corev1.Pod) {
+	st := d.State
+	st.launchers[launcher.UID] = true
+	d.ClearRefusal = true
+	d.Launcher = launcher
+	d.VMI = kubevirt.ForLauncher(w.VMI, w.Node, launcher, w.Pods)
+	pruneState(st, d.VMI)
+	d.Intents = buildIntents(d.VMI, launcher, w.Pods, w.Claims)
+	d.Compute = string(launcher.UID) + " " + kubevirt.ComputeContainerID(launcher)
+	m := st.migration.Migration
+	d.Target = m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationRunning && m.IsTargetLauncher(d.VMI, launcher)
+	d.WriteStatus = w.ReportVolumeStatus && !d.Target
+}
+
+// involved lists the launchers whose hotplug-disks the pass looks at.
+func (d *decision) involved() []types.UID {
+	out := slices.Clone(d.Clean)
+	if d.Launcher != nil {
+		out = append(out, d.Launcher.UID)
+	}
+	return out
+}
+
+// stateFor returns the state to go on from: what is remembered of the
+// key, or a new one. A new VMI under the same name keeps only the
+// launchers still to be cleaned.
+func stateFor(remembered *vmiState, uid types.UID) *vmiState {
+	st := remembered
+	if st == nil {
+		st = newVMIState()
+	}
+	if st.uid != uid {
+		launchers := st.launchers
+		st = newVMIState()
+		st.launchers, st.uid = launchers, uid
+	}
+	return st
+}
+
+// noteMigration remembers node's part in the VMI's migration, and reports
+// whether this is the first sight of a handoff to this node.
+func noteMigration(st *vmiState, m kubevirt.Migration, now time.Time) bool {
+	if m.UID != st.migration.UID {
+		st.migration = migrationState{Migration: m}
+		if m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationRunning {
+			st.migration.handoff = now
+			return true
+		}
+		return false
+	}
+	st.migration.Migration = m
+	return false
+}
+
+// abandonedLaunchers lists the launchers that must hold nothing because
+// their migration failed or was aborted: those the ownership rules found
+// among the active pods, and those this agent mounted into that are the
+// migration's target launcher, whether or not still listed.
+func abandonedLaunchers(st *vmiState, vmi *kubevirt.VMI, c kubevirt.LauncherChoice, pods kubevirt.PodLookup) []types.UID {
+	var out []types.UID
+	for _, p := range c.Abandoned {
+		out = append(out, p.UID)
+	}
+	for _, uid := range slices.Sorted(maps.Keys(st.launchers)) {
+		if pod, ok := pods.PodByUID(uid); ok && c.Migration.Abandons(vmi, pod) && !slices.Contains(out, uid) {
+			out = append(out, uid)
+		}
+	}
+	return out
+}
+
+// staleLaunchers lists the launchers to empty: those remembered for the
+// VMI, other than the current one, that are gone from this node or have
+// terminated, and the abandoned targets of a failed migration.
+func staleLaunchers(st *vmiState, current *corev1.Pod, abandoned []types.UID, pods kubevirt.PodLookup) []types.UID {
+	stale := slices.Clone(abandoned)
+	for _, uid := range slices.Sorted(maps.Keys(st.launchers)) {
+		if current != nil && uid == current.UID || slices.Contains(stale, uid) {
+			continue
+		}
+		if pod, ok := pods.PodByUID(uid); !ok || kubevirt.PodTerminated(pod) {
+			stale = append(stale, uid)
+		}
+	}
+	return stale
+}
+
+// heldForHandoff splits the launchers of a VMI that left this node's
+// caches. After the VMI left for its migration target, the source
+// launcher's QEMU hands over until the pod stops, so its mounts stay
+// until it is gone or terminated; a VMI that left any other way (deleted,
+// or its migration to this node failed) is cleaned at once.
+func heldForHandoff(st *vmiState, pods kubevirt.PodLookup) (clean, held []types.UID) {
+	uids := slices.Sorted(maps.Keys(st.launchers))
+	m := st.migration
+	if m.Role != kubevirt.RoleSource || m.Ended() {
+		return uids, nil
+	}
+	for _, uid := range uids {
+		if pod, ok := pods.PodByUID(uid); ok && !kubevirt.PodTerminated(pod) {
+			held = append(held, uid)
+			continue
+		}
+		clean = append(clean, uid)
+	}
+	return clean, held
+}
+
+// pruneState drops remembered data of volumes that left the VMI.
+func pruneState(st *vmiState, vmi *kubevirt.VMI) {
+	for name := range st.capacity {
+		if !vmi.Spec.HasVolume(name) {
+			delete(st.capacity, name)
+		}
+	}
+	for name := range st.wanted {
+		if !vmi.Spec.HasVolume(name) {
+			delete(st.wanted, name)
+		}
+	}
+}
+
+// pendingVolumes marks every hotplug volume pending when there is no
+// launcher to attach to.
+func pendingVolumes(vmi *kubevirt.VMI) []volumeState {
+	var out []volumeState
+	for _, c := range vmi.Spec.HotplugClaims() {
+		out = append(out, volumeState{Name: c.Name, Mode: string(vmi.Status.VolumeStatusByName(c.Name).Mode()), State: StatePending})
+	}
+	return out
+}
+
+func vmiRef(ns, name string, uid types.UID, rv string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion:      kubevirt.VMIAPIVersion,
+		Kind:            kubevirt.VMIKind,
+		Namespace:       ns,
+		Name:            name,
+		UID:             uid,
+		ResourceVersion: rv,
+	}
+}

@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/hpmount/hpmount/kubevirt"
+)
+
+// world is what one reconcile of a VMI key starts from: everything read
+// from the agent's caches and its own memory, nothing from the API server
+// or the node. decide reads nothing else.
+type world struct {
+	Key, Namespace, Name string
+	// VMI is nil when the key is in neither VMI cache: gone from this node
+	// unless the API server says otherwise (gone.go). DecodeErr is set
+	// when it is cached but cannot be read.
+	VMI       *kubevirt.VMI
+	DecodeErr error
+	// Remembered is a copy of what the agent remembers of the key, nil
+	// when nothing is: report alone writes it back.
+	Remembered *vmiState
+	// Resync: the periodic pass. Arrived: when the oldest VMI change not
+	// yet reconciled arrived (the start of the attach latency). Now: the
+	// reconcile's start.
+	Resync       bool
+	Arrived, Now time.Time
+	Node         string
+	// Pods and Claims read the pod and claim caches.
+	Pods   kubevirt.PodLookup
+	Claims pvResolver
+	// ReportVolumeStatus and GrowFilesystems are the agent's settings.
+	ReportVolumeStatus, GrowFilesystems bool
+}
+
+// readWorld reads the caches for one reconcile of key.
+func (a *Agent) readWorld(key string, now time.Time) (world, error) {
+	if !a.synced.Load() {
+		return world{}, errors.New("informer caches not synced")
+	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	w := world{Key: key, Namespace: ns, Name: name, Now: now, Arrived: now, Node: a.cfg.NodeName, Pods: a, Claims: a.resolvePV,
+		ReportVolumeStatus: a.cfg.ReportVolumeStatus, GrowFilesystems: a.cfg.GrowFilesystems}
+	w.Resync = a.takeResync(key)
+	u, exists, err := a.lookupVMI(key)
+	if err != nil {
+		return world{}, err
+	}
+	if exists {
+		w.VMI, w.DecodeErr = kubevirt.DecodeVMI(u)
+	}
+	a.mu.Lock()
+	if st, ok := a.states[key]; ok {
+		w.Remembered = st.clone()
+	}
+	if w.VMI != nil {
+		if t, ok := a.arrived[key]; ok {
+			w.Arrived = t
+		}
+		delete(a.arrived, key)
+	}
+	a.mu.Unlock()
+	return w, nil
+}
+
+// lookupVMI returns the VMI of key from the node's own cache or, failing
+// that, from the migration target cache: after the handoff completes both
+// hold it, and the node's own is read.
+func (a *Agent) lookupVMI(key string) (*unstructured.Unstructured, bool, error) {
+	for _, inf := range [...]cache.SharedIndexInformer{a.vmiInformer, a.vmiTargetInformer} {
+		obj, exists, err := inf.GetIndexer().GetByKey(key)
+		if err != nil {
+			return nil, false, err
+		}
+		if !exists {
+			continue
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, false, fmt.Errorf("vmi cache holds %T for %q", obj, key)
+		}
+		return u, true, nil
+	}
+	return nil, false, nil
+}
+
+// clone copies the state, so that a pass can build the next one without
+// touching what is remembered until report stores it.
+func (st *vmiState) clone() *vmiState {
+	c := *st
+	c.launchers = maps.Clone(st.launchers)
+	c.capacity = maps.Clone(st.capacity)
+	c.warned = maps.Clone(st.warned)
+	c.wanted = maps.Clone(st.wanted)
+	return &c
+}
+
+// resolvePV maps a claim to its PV from the claim cache: no API call on the
+// reconcile path, and a claim deleted and created again under the same
+// name is seen as it is now.
+func (a *Agent) resolvePV(ns, claim string) (string, error) {
+	if claim == "" {
+		return "", errors.New("volume names no claim")
+	}
+	return a.ClaimVolume(ns, claim)
+}
