@@ -117,6 +117,30 @@ func (c change) result() outcome.Result {
 // opened in the node's stead. mount.Uncover removes such a mount.
 var errCovered = fmt.Errorf("%w: something is mounted on it", isolation.ErrUnsafePath)
 
+// Number is d as a dev_t, as stat(2) reports a device node's st_rdev and
+// a file's st_dev: what propagation.Current.Device compares QEMU's
+// descriptors with.
+func (d Device) Number() uint64 { return unix.Mkdev(d.Major, d.Minor) }
+
+// Covered reports whether something is mounted on name in dir, by the
+// check Observe lists a node as Covered with and every change refuses a
+// name by: a lookup of name reaches another mount than dir's own. diag
+// asks it of a block volume's name, so that it judges by the same rule.
+func Covered(dir *os.File, name string) (bool, error) {
+	dirID, err := isolation.MountID(dir)
+	if err != nil {
+		return false, err
+	}
+	f, _, err := lookup(dir, dirID, name)
+	if f != nil {
+		f.Close()
+	}
+	if errors.Is(err, errCovered) {
+		return true, nil
+	}
+	return false, err
+}
+
 // lookup opens name in dir as O_PATH without following a symlink and
 // stats it, refusing it (errCovered) unless it is on dir's own mount.
 func lookup(dir *os.File, dirID uint64, name string) (*os.File, unix.Stat_t, error) {

@@ -33,3 +33,11 @@ func (n *Nodes) Observe(dir *os.File) ([]Node, error) {
 func (n *Nodes) recheck(dir *os.File, name string) (Device, error) {
 	return Device{}, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
 }
+
+// Covered is only supported on Linux.
+func Covered(dir *os.File, name string) (bool, error) {
+	return false, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
+}
+
+// Number packs d into one number; only Linux's dev_t is compared.
+func (d Device) Number() uint64 { return uint64(d.Major)<<32 | uint64(d.Minor) }

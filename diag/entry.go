@@ -8,8 +8,6 @@ type entry struct {
 	rdev   [2]uint32
 	size   int64
 	nlink  uint64
-	// dev and ino identify the file at the entry (a bind's source).
-	dev, ino uint64
 	// covered: the entry is on another mount than its directory, so
 	// something is mounted on the name and the stat is of that.
 	covered bool

@@ -217,9 +217,9 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 	default:
 		// Each look is made only while the ones before it answered: a
 		// volume that got stuck costs one deadline, not one per look.
-		in.checkSeen(v, f, string(vc.launcher.UID), targetDir, kubelet.TargetName(v.Volume))
+		in.checkSeen(v, f, string(vc.launcher.UID), targetDir, file)
 		if f.err == nil {
-			in.checkHeld(v, f, string(vc.launcher.UID), file, propagation.Current{File: propagation.Ident{Dev: e.dev, Ino: e.ino}})
+			in.checkFileHeld(v, f, string(vc.launcher.UID), targetDir, file)
 		}
 		if f.err == nil {
 			in.measure(v, f, targetDir)
@@ -402,14 +402,14 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 		return
 	}
 	dev.Node = majMin(e.rdev[0], e.rdev[1])
-	exists, err := bounded(in.timeout, "look up "+dev.Node+" in sysfs", func() (bool, error) {
-		return deviceExists(in.opts.sysRoot(), e.rdev), nil
+	gone, err := bounded(in.timeout, "look up "+dev.Node+" in sysfs", func() (bool, error) {
+		return mount.BlockDeviceGone(in.opts.sysRoot(), e.rdev[0], e.rdev[1]), nil
 	})
 	switch {
 	case err != nil:
 		f.err = err
 		return
-	case !exists:
+	case gone:
 		f.stale = fmt.Sprintf("the node points at %s, which no longer exists", dev.Node)
 		return
 	}
@@ -426,11 +426,26 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 	if in.checkCgroup(v, f, vc, blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]}); f.err != nil {
 		return
 	}
-	now := e.rdev
+	now := blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]}
 	if published != nil {
-		now = [2]uint32{published.Major, published.Minor}
+		now = *published
 	}
-	in.checkHeld(v, f, string(vc.launcher.UID), v.Volume, propagation.Current{Block: true, Device: devNumber(now[0], now[1])})
+	in.checkHeld(v, f, string(vc.launcher.UID), v.Volume, propagation.Current{Block: true, Device: now.Number()})
+}
+
+// checkFileHeld is checkHeld of a file bind: QEMU should hold the file
+// bound on the target, found as the agent finds it (propagation.TargetIdent).
+func (in *inspector) checkFileHeld(v *Volume, f *findings, launcher, targetDir, file string) {
+	id, err := isolation.Call(in.ns, func() (propagation.Ident, error) {
+		return propagation.TargetIdent(in.root.Path, targetDir, file)
+	})
+	switch err := lookingAt("stat "+in.hostPath(path.Join(targetDir, file)), err); {
+	case abandoned(f, err):
+	case err != nil:
+		v.Detail = joinDetail(v.Detail, "what QEMU holds not checked: "+err.Error())
+	default:
+		in.checkHeld(v, f, launcher, file, propagation.Current{File: id})
+	}
 }
 
 // checkHeld asks the launcher's QEMU what it holds of the target, through

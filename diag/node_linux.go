@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 )
@@ -41,22 +41,11 @@ func (in *inspector) statEntry(dirRel, name string) (entry, error) {
 			return entry{}, fmt.Errorf("stat %q in %q: %w", name, dir.Name(), err)
 		}
 		e := entry{exists: true, kind: isolation.FileKind(st.Mode), size: st.Size, nlink: uint64(st.Nlink),
-			rdev: [2]uint32{unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))}, dev: uint64(st.Dev), ino: st.Ino}
-		e.covered, err = coveredName(dir, name)
+			rdev: [2]uint32{unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))}}
+		e.covered, err = blockdev.Covered(dir, name)
 		return e, err
 	})
 	return e, lookingAt(fmt.Sprintf("stat %q in %q", name, in.root.Abs(dirRel)), err)
-}
-
-// coveredName tells whether something is mounted on name in dir: a lookup
-// crosses onto a mount on the name, so its mount id is not dir's.
-func coveredName(dir *os.File, name string) (bool, error) {
-	dirID, err := isolation.MountID(dir)
-	if err != nil {
-		return false, err
-	}
-	id, err := isolation.MountIDAt(dir, name)
-	return id != dirID, err
 }
 
 // launcherDirs lists the pod UIDs under <kubelet-root>/pods that have a
@@ -72,10 +61,3 @@ func (in *inspector) launcherDirs() ([]string, error) {
 	})
 	return uids, lookingAt("list the launchers' hotplug-disks", err)
 }
-
-func deviceExists(sysRoot string, dev [2]uint32) bool {
-	_, err := os.Lstat(filepath.Join(sysRoot, "dev", "block", fmt.Sprintf("%d:%d", dev[0], dev[1])))
-	return err == nil
-}
-
-func devNumber(maj, min uint32) uint64 { return unix.Mkdev(maj, min) }

@@ -311,8 +311,7 @@ func (a *Attacher) describeDir(tg target, name string) Observed {
 	}
 	o.Dev = fmt.Sprintf("%d:%d", major, minor)
 	if major != 0 && !o.SourceGone {
-		_, err := os.Lstat(filepath.Join(a.sysRoot(), "dev", "block", o.Dev))
-		o.SourceGone = errors.Is(err, fs.ErrNotExist)
+		o.SourceGone = BlockDeviceGone(a.sysRoot(), major, minor)
 	}
 	return o
 }

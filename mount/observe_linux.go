@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -81,8 +80,7 @@ func (a *Attacher) observeOne(t *mountinfo.Table, dir *os.File, dirID uint64, fi
 	}
 	o.Dev = fmt.Sprintf("%d:%d", major, minor)
 	if major != 0 && !o.SourceGone {
-		_, err := os.Lstat(filepath.Join(a.sysRoot(), "dev", "block", o.Dev))
-		o.SourceGone = errors.Is(err, fs.ErrNotExist)
+		o.SourceGone = BlockDeviceGone(a.sysRoot(), major, minor)
 	}
 	return o, true, nil
 }

@@ -126,9 +126,9 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 		why   string // why it is stale
 	}
 	v, err := isolation.Call(e.ns, func() (verdict, error) {
-		cur := propagation.Current{Block: true, Device: devNumber(entry.device)}
+		cur := propagation.Current{Block: true, Device: entry.device.Number()}
 		if entry.mountID != 0 {
-			id, err := e.targetIdent(hotplugDisks(launcher), target)
+			id, err := propagation.TargetIdent(e.root.Path, hotplugDisks(launcher), target)
 			if err != nil {
 				return verdict{}, nil // gone or unsafe meanwhile: the observe or attach says so
 			}

@@ -1,11 +1,43 @@
 package propagation
 
 import (
+	"os"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/podcgroup"
 )
+
+// openTarget opens hotplugDir beneath kubeletRoot and target in it, as
+// O_PATH descriptors, refusing symlinks on the way.
+func openTarget(kubeletRoot, hotplugDir, target string) (dir, t *os.File, err error) {
+	root, err := isolation.OpenRoot(kubeletRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	dir, err = isolation.OpenBeneath(root, hotplugDir, isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err = isolation.OpenBeneath(dir, target, isolation.How{Flags: unix.O_PATH})
+	if err != nil {
+		dir.Close()
+		return nil, nil, err
+	}
+	return dir, t, nil
+}
+
+func targetIdent(kubeletRoot, hotplugDir, target string) (Ident, error) {
+	dir, t, err := openTarget(kubeletRoot, hotplugDir, target)
+	if err != nil {
+		return Ident{}, err
+	}
+	defer dir.Close()
+	defer t.Close()
+	return identOf(t)
+}
 
 func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Look, error) {
 	if v.Dir == "" || v.Pods == nil {
@@ -19,20 +51,11 @@ func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (L
 	if err != nil || len(pids) == 0 {
 		return Look{}, nil
 	}
-	root, err := isolation.OpenRoot(kubeletRoot)
-	if err != nil {
-		return Look{}, err
-	}
-	defer root.Close()
-	dir, err := isolation.OpenBeneath(root, hotplugDir, isolation.How{Flags: unix.O_PATH | unix.O_DIRECTORY})
+	dir, t, err := openTarget(kubeletRoot, hotplugDir, target)
 	if err != nil {
 		return Look{}, err
 	}
 	defer dir.Close()
-	t, err := isolation.OpenBeneath(dir, target, isolation.How{Flags: unix.O_PATH})
-	if err != nil {
-		return Look{}, err
-	}
 	defer t.Close()
 	id, err := isolation.MountID(t)
 	if err != nil {

@@ -85,3 +85,11 @@ func Reached(l Launcher, name string, want Ident) (Sight, []Bound, error) {
 // IdentOf is the identity of an open file, for Launcher.DirIdent and
 // Reached's want.
 func IdentOf(f *os.File) (Ident, error) { return identOf(f) }
+
+// TargetIdent is the identity of what a lookup of target in hotplugDir
+// (relative to kubeletRoot, symlinks refused) reaches: for a file bind,
+// the disk.img that QEMU should hold (Current.File), found the way Check
+// finds the host's side. Call it in the host mount namespace.
+func TargetIdent(kubeletRoot, hotplugDir, target string) (Ident, error) {
+	return targetIdent(kubeletRoot, hotplugDir, target)
+}

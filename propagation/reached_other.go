@@ -25,3 +25,7 @@ func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (L
 func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, error) {
 	return NoQEMU, "", fmt.Errorf("what QEMU holds: %w", errors.ErrUnsupported)
 }
+
+func targetIdent(kubeletRoot, hotplugDir, target string) (Ident, error) {
+	return Ident{}, fmt.Errorf("stat target %q in %q: %w", target, hotplugDir, errors.ErrUnsupported)
+}
