@@ -13,6 +13,7 @@ import (
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/metrics"
 	"github.com/hpmount/hpmount/node"
+	"github.com/hpmount/hpmount/plugin"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -32,7 +33,7 @@ func newAgentCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	api.bind(f)
+	api.bind(f, "")
 	f.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "node this agent serves (default $NODE_NAME)")
 	nodeFlags(f, nodeLocation{&nc.Host, &nc.KubeletRoot, &nc.CgroupRoot, &nc.CgroupMode})
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "address of /metrics; empty disables")
@@ -54,7 +55,7 @@ func newAgentCommand() *cobra.Command {
 
 func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags, stuckLimit time.Duration) error {
 	if err := errors.Join(cfg.Validate(), nc.Validate(), api.validate()); err != nil {
-		return err
+		return plugin.UsageError{Err: err}
 	}
 	kube, dyn, err := api.clients("hpmount/" + version)
 	if err != nil {

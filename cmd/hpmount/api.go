@@ -6,24 +6,27 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hpmount/hpmount/plugin"
 )
 
-// apiFlags say how to reach the API server and how fast. client-go's
-// default of 5 requests per second (burst 10) is far too low for a node
-// with hundreds of VMIs: its limiter, not the API server, would set the
-// pace of Events, status patches and diag's lists.
+// apiFlags say how to reach the API server and how fast. The kubeconfig is
+// found the kubectl way (plugin.KubeFlags); in the agent's pod that ends at
+// the in-cluster configuration. client-go's default of 5 requests per
+// second (burst 10) is far too low for a node with hundreds of VMIs: its
+// limiter, not the API server, would set the pace of Events, status
+// patches and diag's lists.
 type apiFlags struct {
-	kubeconfig string
-	qps        float32
-	burst      int
+	kube  plugin.KubeFlags
+	qps   float32
+	burst int
 }
 
 func defaultAPIFlags() apiFlags { return apiFlags{qps: 50, burst: 100} }
 
-func (a *apiFlags) bind(f *pflag.FlagSet) {
-	f.StringVar(&a.kubeconfig, "kubeconfig", a.kubeconfig, "kubeconfig file; empty: in-cluster configuration")
+// bind adds the flags; namespaceHelp, when not empty, adds -n/--namespace.
+func (a *apiFlags) bind(f *pflag.FlagSet, namespaceHelp string) {
+	a.kube.Bind(f, namespaceHelp)
 	f.Float32Var(&a.qps, "kube-api-qps", a.qps, "requests per second to the API server, sustained (per client)")
 	f.IntVar(&a.burst, "kube-api-burst", a.burst, "requests to the API server allowed in a burst above --kube-api-qps")
 }
@@ -38,7 +41,7 @@ func (a apiFlags) validate() error {
 // clients builds a typed and a dynamic client, each with a rate limiter of
 // its own at these settings; every call makes a new pair.
 func (a apiFlags) clients(userAgent string) (kubernetes.Interface, dynamic.Interface, error) {
-	rc, err := restConfig(a.kubeconfig)
+	rc, err := a.kube.RESTConfig()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -52,19 +55,4 @@ func (a apiFlags) clients(userAgent string) (kubernetes.Interface, dynamic.Inter
 		return nil, nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	return kube, dyn, nil
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %q: %w", kubeconfig, err)
-	}
-	return rc, nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hpmount/hpmount/diag"
+	"github.com/hpmount/hpmount/plugin"
 )
 
 // newDiagCommand is `hpmount diag`: a read-only explanation of every hotplug
@@ -25,18 +26,19 @@ func newDiagCommand() *cobra.Command {
 			"Exit status: 0 all ok, 1 problems found, 2 could not run.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.VMIs = args
-			code := runDiag(cmd, opts, api, output)
-			if code != diag.ExitOK {
-				os.Exit(code)
+			if code := runDiag(cmd, opts, api, output); code != diag.ExitOK {
+				return plugin.ExitError{Code: code}
 			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	api.bind(f)
-	f.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "namespace of the VMIs")
-	f.BoolVar(&opts.AllNamespaces, "all", false, "VMIs of all namespaces")
+	api.bind(f, "namespace of the VMIs; default the kubeconfig context's, else default")
+	f.BoolVarP(&opts.AllNamespaces, "all-namespaces", "A", false, "VMIs of all namespaces")
+	f.BoolVar(&opts.AllNamespaces, "all", false, "VMIs of all namespaces (as -A)")
 	f.StringVarP(&output, "output", "o", diag.FormatTable, "output format: table, wide, json or yaml")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
+		[]string{diag.FormatTable, diag.FormatWide, diag.FormatJSON, diag.FormatYAML}, cobra.ShellCompDirectiveNoFileComp))
 	f.StringVar(&opts.NodeName, "node-name", opts.NodeName, "node to diagnose (default $NODE_NAME)")
 	nodeFlags(f, nodeLocation{&opts.Host, &opts.KubeletRoot, &opts.CgroupRoot, &opts.CgroupMode})
 	f.StringVar(&opts.MountSource, "mount-source", opts.MountSource, "how to read the mount table: auto, findmnt or mountinfo")
@@ -57,6 +59,11 @@ func runDiag(cmd *cobra.Command, opts diag.Options, api apiFlags, output string)
 	if err := api.validate(); err != nil {
 		return fail(err)
 	}
+	ns, err := api.kube.ContextNamespace("default")
+	if err != nil {
+		return fail(err)
+	}
+	opts.Namespace = ns
 	kube, dyn, err := api.clients("hpmount-diag/" + version)
 	if err != nil {
 		return fail(err)

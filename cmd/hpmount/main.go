@@ -1,21 +1,21 @@
 // Command hpmount is the node agent of KubeVirt volume hotplug and its
 // diagnostics. The commands are thin: flags become a config for a package.
+// Exit status: 0 success, 1 failure (diag: problems found), 2 usage or flag
+// error (diag: could not run).
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/hpmount/hpmount/plugin"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	err := newRootCommand().ExecuteContext(ctx)
+	code := plugin.Execute(ctx, newRootCommand(), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hpmount:", err)
-		os.Exit(1)
-	}
+	os.Exit(code)
 }

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hpmount/hpmount/plugin"
+)
+
+// TestExitStatus: usage and flag errors exit 2, as kubectl's do; diag
+// keeps 1 for problems found (its ExitError, see plugin.Execute) and 2
+// for could not run.
+func TestExitStatus(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	tests := []struct {
+		args []string
+		want int
+	}{
+		{[]string{"version"}, 0},
+		{[]string{"--help"}, 0},
+		{[]string{"diag", "--help"}, 0},
+		{[]string{"bogus"}, 2},
+		{[]string{"version", "extra"}, 2},
+		{[]string{"diag", "--bogus"}, 2},
+		{[]string{"diag", "-A", "--kube-api-burst=x"}, 2},
+		{[]string{"diag", "--cgroup-mode=v3"}, 2},
+		{[]string{"diag", "--node-name=n", "-o", "xml"}, 2},
+		{[]string{"diag", "--node-name=n", "--kube-api-qps=0"}, 2},
+		{[]string{"agent", "extra"}, 2},
+		{[]string{"agent", "--node-name=n", "--workers=0"}, 2},
+		{[]string{"agent", "--workers=x"}, 2},
+		// Valid flags, and no kubeconfig: the agent fails to start (1),
+		// diag could not run (2).
+		{[]string{"agent", "--node-name=n"}, 1},
+		{[]string{"diag", "--node-name=n"}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			got := plugin.Execute(context.Background(), newRootCommand(), tt.args, &out, &errOut)
+			if got != tt.want {
+				t.Errorf("exit %d, want %d (stderr %q)", got, tt.want, errOut.String())
+			}
+		})
+	}
+}
+
+// TestCompletionScripts: cobra's `completion` command prints scripts the
+// shells parse; bash's is checked with bash -n (zsh and fish when
+// installed).
+func TestCompletionScripts(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		t.Run(shell, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := plugin.Execute(context.Background(), newRootCommand(), []string{"completion", shell}, &out, &errOut); code != 0 || out.Len() == 0 {
+				t.Fatalf("completion %s: exit %d, %d bytes, stderr %q", shell, code, out.Len(), errOut.String())
+			}
+			if shell == "powershell" {
+				return
+			}
+			sh, err := exec.LookPath(shell)
+			if err != nil {
+				if shell == "bash" {
+					t.Fatal(err)
+				}
+				t.Skipf("%s not installed", shell)
+			}
+			path := filepath.Join(t.TempDir(), "hpmount."+shell)
+			if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := exec.Command(sh, "-n", path).CombinedOutput(); err != nil {
+				t.Errorf("%s -n %s: %v\n%s", shell, path, err, b)
+			}
+		})
+	}
+}
+
+// TestCompleteOutput: -o completes to diag's formats.
+func TestCompleteOutput(t *testing.T) {
+	var out, errOut bytes.Buffer
+	plugin.Execute(context.Background(), newRootCommand(), []string{"__complete", "diag", "-o", ""}, &out, &errOut)
+	for _, f := range []string{"table", "wide", "json", "yaml"} {
+		if !strings.Contains(out.String(), f+"\n") {
+			t.Errorf("completion of -o lacks %s:\n%s", f, out.String())
+		}
+	}
+}

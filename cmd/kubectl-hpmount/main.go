@@ -1,0 +1,20 @@
+// Command kubectl-hpmount is the kubectl plugin of hpmount:
+// `kubectl hpmount diag NODE [VMI...]` runs diag in that node's agent pod.
+// The work is in package plugin.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hpmount/hpmount/plugin"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := plugin.Execute(ctx, newRootCommand(), os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

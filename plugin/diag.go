@@ -1,0 +1,52 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// RemoteDiag is `kubectl hpmount diag NODE [VMI...]`.
+type RemoteDiag struct {
+	Node string
+	VMIs []string
+	// Selector picks the agent pods (the DaemonSet's labels); Container
+	// names the agent's container, empty for a pod's only one.
+	Selector, Container string
+	// DiagArgs are diag's own flags: -o, -A or -n for the VMIs, and what
+	// followed `--`.
+	DiagArgs []string
+}
+
+// Run finds the agent pod of r.Node in the kubeconfig's namespace (-n, the
+// context's, else DefaultNamespace), runs diag there, and returns diag's
+// exit status.
+func (r RemoteDiag) Run(ctx context.Context, k *KubeFlags, stdout, stderr io.Writer) (int, error) {
+	cfg, err := k.RESTConfig()
+	if err != nil {
+		return 0, err
+	}
+	ns, err := k.ContextNamespace(DefaultNamespace)
+	if err != nil {
+		return 0, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return 0, fmt.Errorf("kubernetes client: %w", err)
+	}
+	pod, err := FindAgentPod(ctx, kube, ns, r.Selector, r.Node)
+	if err != nil {
+		return 0, err
+	}
+	c, err := AgentContainer(pod, r.Container)
+	if err != nil {
+		return 0, err
+	}
+	cmd, err := DiagCommand(pod, c, r.DiagArgs, r.VMIs)
+	if err != nil {
+		return 0, err
+	}
+	return Exec(ctx, cfg, pod, c.Name, cmd, stdout, stderr)
+}
