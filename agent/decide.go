@@ -79,7 +79,7 @@ func decide(w world) decision {
 	case w.VMI == nil && w.Remembered == nil:
 		return d
 	case w.VMI == nil:
-		d.State, d.Gone = w.Remembered, true
+		d.State, d.Gone = w.Remembered.clone(), true
 		d.Ref = vmiRef(w.Namespace, w.Name, d.State.uid, "")
 		d.Clean, d.Held = heldForHandoff(d.State, w.Pods)
 		d.ConfirmGone = len(d.Clean) > 0
@@ -132,13 +132,13 @@ func (d *decision) involved() []types.UID {
 	return out
 }
 
-// stateFor returns the state to go on from: what is remembered of the
-// key, or a new one. A new VMI under the same name keeps only the
+// stateFor returns the state to go on from: a copy of what is remembered
+// of the key, or a new one. A new VMI under the same name keeps only the
 // launchers still to be cleaned.
 func stateFor(remembered *vmiState, uid types.UID) *vmiState {
-	st := remembered
-	if st == nil {
-		st = newVMIState()
+	st := newVMIState()
+	if remembered != nil {
+		st = remembered.clone()
 	}
 	if st.uid != uid {
 		launchers := st.launchers

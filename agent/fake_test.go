@@ -302,7 +302,10 @@ func (ta *testAgent) growPass(t testing.TB) {
 func (a *Agent) stateFor(key string, uid types.UID) *vmiState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := stateFor(a.states[key], uid)
-	a.states[key] = st
+	st, ok := a.states[key]
+	if !ok || st.uid != uid {
+		st = stateFor(st, uid)
+		a.states[key] = st
+	}
 	return st
 }

@@ -22,8 +22,8 @@ type world struct {
 	// when it is cached but cannot be read.
 	VMI       *kubevirt.VMI
 	DecodeErr error
-	// Remembered is a copy of what the agent remembers of the key, nil
-	// when nothing is: report alone writes it back.
+	// Remembered is what the agent remembers of the key, nil when
+	// nothing is. decide works on a copy; report alone writes it back.
 	Remembered *vmiState
 	// Resync: the periodic pass. Arrived: when the oldest VMI change not
 	// yet reconciled arrived (the start of the attach latency). Now: the
@@ -56,7 +56,7 @@ func (a *Agent) readWorld(key string, now time.Time) (world, error) {
 	}
 	a.mu.Lock()
 	if st, ok := a.states[key]; ok {
-		w.Remembered = st.clone()
+		w.Remembered = st
 	}
 	if w.VMI != nil {
 		if t, ok := a.arrived[key]; ok {
