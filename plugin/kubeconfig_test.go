@@ -1,0 +1,150 @@
+package plugin_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/test/cluster"
+)
+
+// childEnv makes the test binary a child that prints who KubeFlags
+// authenticates as: ~/.kube/config is found from $HOME when client-go
+// initialises, so that case needs a process of its own.
+const childEnv = "HPMOUNT_KUBECONFIG_CHILD"
+
+// TestKubeconfigLoading checks the kubectl rules against a real
+// kube-apiserver with two contexts, each a ServiceAccount of its own
+// namespace: the identity the server sees and the namespace chosen.
+func TestKubeconfigLoading(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("child process")
+	}
+	c := cluster.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	first := writeContext(t, ctx, c, filepath.Join(dir, "first"), "alice")
+	second := writeContext(t, ctx, c, filepath.Join(dir, "second"), "bob")
+	tests := []struct {
+		name, env      string
+		flags          plugin.KubeFlags
+		wantUser, want string
+	}{
+		{name: "KUBECONFIG list, first file's current-context", env: first + ":" + second, wantUser: "alice", want: "ns-alice"},
+		{name: "KUBECONFIG list, --context from the second file", env: first + ":" + second, flags: plugin.KubeFlags{Context: "bob"}, wantUser: "bob", want: "ns-bob"},
+		{name: "--kubeconfig wins over KUBECONFIG", env: first, flags: plugin.KubeFlags{Kubeconfig: second}, wantUser: "bob", want: "ns-bob"},
+		{name: "-n wins over the context", env: first, flags: plugin.KubeFlags{Namespace: "vms"}, wantUser: "alice", want: "vms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("KUBECONFIG", tt.env)
+			if user := whoAmI(t, ctx, &tt.flags); !strings.HasSuffix(user, ":"+tt.wantUser) {
+				t.Errorf("authenticated as %q, want the ServiceAccount %s", user, tt.wantUser)
+			}
+			if ns, err := tt.flags.ContextNamespace("fallback"); err != nil || ns != tt.want {
+				t.Errorf("namespace %q, %v; want %q", ns, err, tt.want)
+			}
+		})
+	}
+	t.Run("~/.kube/config without KUBECONFIG", func(t *testing.T) {
+		home := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(home, ".kube"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(second, filepath.Join(home, ".kube", "config")); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKubeconfigChild$", "-test.v")
+		cmd.Env = append(withoutEnv("KUBECONFIG", "HOME"), "HOME="+home, childEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "user=system:serviceaccount:ns-bob:bob namespace=ns-bob") {
+			t.Errorf("child: %v\n%s", err, out)
+		}
+	})
+}
+
+// TestKubeconfigChild is the child of the ~/.kube/config case.
+func TestKubeconfigChild(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Skip("run by TestKubeconfigLoading")
+	}
+	var k plugin.KubeFlags
+	ns, err := k.ContextNamespace("fallback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("user=%s namespace=%s", whoAmI(t, context.Background(), &k), ns)
+}
+
+func whoAmI(t *testing.T, ctx context.Context, k *plugin.KubeFlags) string {
+	t.Helper()
+	cfg, err := k.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("SelfSubjectReview: %v", err)
+	}
+	return r.Status.UserInfo.Username
+}
+
+// writeContext writes a kubeconfig whose only context, named user, is the
+// ServiceAccount user of namespace ns-<user>.
+func writeContext(t *testing.T, ctx context.Context, c *cluster.Cluster, path, user string) string {
+	t.Helper()
+	ns := "ns-" + user
+	sa, err := c.ServiceAccountConfig(ctx, ns, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[user] = &clientcmdapi.Cluster{Server: sa.Host, CertificateAuthorityData: caData(sa)}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: sa.BearerToken}
+	kc.Contexts[user] = &clientcmdapi.Context{Cluster: user, AuthInfo: user, Namespace: ns}
+	kc.CurrentContext = user
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func caData(cfg *rest.Config) []byte {
+	if len(cfg.TLSClientConfig.CAData) > 0 {
+		return cfg.TLSClientConfig.CAData
+	}
+	b, _ := os.ReadFile(cfg.TLSClientConfig.CAFile)
+	return b
+}
+
+func withoutEnv(names ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		keep := true
+		for _, n := range names {
+			keep = keep && name != n
+		}
+		if keep {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
