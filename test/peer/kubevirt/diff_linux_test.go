@@ -69,6 +69,8 @@ type peerNode struct {
 	kvCgroup      cgroup.Manager
 	computeCgroup string
 	launcherPod   *pod
+	// attachPods are the attachment pods' processes by pod UID.
+	attachPods map[types.UID]*pod
 }
 
 func newPeerNode(t *testing.T, prefix string, vols []peerVolume) *peerNode {
@@ -91,13 +93,13 @@ func newPeerNode(t *testing.T, prefix string, vols []peerVolume) *peerNode {
 		}
 	}
 	n.other = testutil.NewLoop(t, 1<<20)
-	pod := n.makeCgroups(t)
+	podCgroup := n.makeCgroups(t)
 	sockets := filepath.Join(podsDir, string(n.launcher), "volumes/kubernetes.io~empty-dir/sockets/launcher-sock")
 	n.launcherPod = startPod(t, sockets, "", hotplug+"="+launcherView)
 	must(t, os.WriteFile(filepath.Join(n.computeCgroup, "cgroup.procs"), []byte(fmt.Sprint(n.launcherPod.pid())), 0))
 	t.Cleanup(func() {
 		n.launcherPod.stop()
-		for _, d := range []string{n.computeCgroup, pod, filepath.Dir(pod), n.cgroupRoot} {
+		for _, d := range []string{n.computeCgroup, podCgroup, filepath.Dir(podCgroup), n.cgroupRoot} {
 			_ = unix.Rmdir(d)
 		}
 	})
@@ -114,8 +116,9 @@ func newPeerNode(t *testing.T, prefix string, vols []peerVolume) *peerNode {
 			binds[n.podUID(v.alsoIn)] = append(binds[n.podUID(v.alsoIn)], n.mountDirIn(n.podUID(v.alsoIn), v)+"=/"+v.name)
 		}
 	}
+	n.attachPods = map[types.UID]*pod{}
 	for _, uid := range slices.Sorted(maps.Keys(binds)) {
-		startPod(t, filepath.Join(n.attachDisks(t, uid), "hp.sock"), strings.Join(binds[uid], ";"), "")
+		n.attachPods[uid] = startPod(t, filepath.Join(n.attachDisks(t, uid), "hp.sock"), strings.Join(binds[uid], ";"), "")
 	}
 	return n
 }
@@ -246,21 +249,29 @@ func (n *peerNode) vmi() *v1.VirtualMachineInstance {
 func (n *peerNode) mountWithKubeVirt(t *testing.T) error {
 	t.Helper()
 	vmi := n.vmi()
-	if n.kvMounter == nil {
-		mgr, err := cgroup.NewManagerFromVM(vmi, nodeName)
-		if err != nil {
-			t.Fatalf("KubeVirt's cgroup manager: %v", err)
-		}
-		n.kvState = t.TempDir()
-		n.kvMounter, n.kvCgroup = hotplugdisk.NewVolumeMounter(n.kvState, podsDir, nodeName), mgr
-	}
-	m := n.kvMounter
+	m := n.kubeVirtMounter(t)
 	err := m.Mount(vmi, n.kvCgroup)
 	for _, v := range n.vols {
 		ok, ierr := m.IsMounted(vmi, v.name, n.attachOf(v))
 		t.Logf("KubeVirt's IsMounted(%s) = %v, %v", v.name, ok, ierr)
 	}
 	return err
+}
+
+// kubeVirtMounter makes KubeVirt's mounter and the launcher's cgroup
+// manager once, as virt-handler keeps them (its records live in memory and
+// its state directory).
+func (n *peerNode) kubeVirtMounter(t *testing.T) hotplugdisk.VolumeMounter {
+	t.Helper()
+	if n.kvMounter == nil {
+		mgr, err := cgroup.NewManagerFromVM(n.vmi(), nodeName)
+		if err != nil {
+			t.Fatalf("KubeVirt's cgroup manager: %v", err)
+		}
+		n.kvState = t.TempDir()
+		n.kvMounter, n.kvCgroup = hotplugdisk.NewVolumeMounter(n.kvState, podsDir, nodeName), mgr
+	}
+	return n.kvMounter
 }
 
 // unmountAllWithKubeVirt is what virt-handler does once the VMI is gone.
