@@ -67,7 +67,8 @@ type Agent struct {
 }
 
 // vmiState is what the agent remembers about one VMI key. Only the worker
-// that holds the key (the queue guarantees one) touches it.
+// that holds the key (the queue guarantees one) touches it: a pass decides
+// on a copy, and report stores the copy as it ends the pass.
 type vmiState struct {
 	uid types.UID
 	// launchers are launcher pod UIDs this agent saw for the VMI and may
@@ -88,15 +89,6 @@ type vmiState struct {
 	// volumes' device rules, so a change verifies them at once (the first
 	// pass after the agent starts leaves that to the periodic resync).
 	compute string
-}
-
-func newVMIState() *vmiState {
-	return &vmiState{
-		launchers: map[types.UID]bool{},
-		capacity:  map[string]int64{},
-		warned:    map[string]string{},
-		wanted:    map[string]time.Time{},
-	}
 }
 
 // New builds an agent. Nothing runs until Run.
@@ -238,15 +230,6 @@ func (a *Agent) process(ctx context.Context, key string) {
 	a.queue.AddRateLimited(key)
 }
 
-func (a *Agent) forget(key string) {
-	a.growth.prune(key, nil)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.states, key)
-	delete(a.resync, key)
-	delete(a.arrived, key)
-}
-
 // noteArrival records when a change of key arrived, keeping the oldest one
 // not yet reconciled.
 func (a *Agent) noteArrival(key string, t time.Time) {
@@ -255,13 +238,4 @@ func (a *Agent) noteArrival(key string, t time.Time) {
 	if _, ok := a.arrived[key]; !ok {
 		a.arrived[key] = t
 	}
-}
-
-// takeResync reports and clears whether key is due for a periodic pass.
-func (a *Agent) takeResync(key string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	due := a.resync[key]
-	delete(a.resync, key)
-	return due
 }

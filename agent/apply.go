@@ -36,23 +36,16 @@ type applied struct {
 // passApplied is what the engine calls of one pass did, per launcher;
 // Finished is when the last of them returned.
 type passApplied struct {
-	Clean    map[types.UID][]applied
-	Launcher []applied
+	Done     map[types.UID][]applied
 	Finished time.Time
 }
 
-// applyPass runs the pass's plan: the launchers to empty first, in the
-// decision's order, then the served launcher. It is the only caller of the
+// applyPass runs the pass's plans in order. It is the only caller of the
 // engine's changing methods on the reconcile path.
-func (a *Agent) applyPass(ctx context.Context, d decision, o observation, p passPlan) passApplied {
-	out := passApplied{Clean: map[types.UID][]applied{}}
-	for _, uid := range d.Clean {
-		if ops, ok := p.Clean[uid]; ok {
-			out.Clean[uid] = a.apply(ctx, "", o.Snap, uid, ops)
-		}
-	}
-	if d.Launcher != nil && p.Launcher != nil {
-		out.Launcher = a.apply(ctx, d.Key, o.Snap, d.Launcher.UID, p.Launcher)
+func (a *Agent) applyPass(ctx context.Context, snap Snapshot, plans []launcherPlan) passApplied {
+	out := passApplied{Done: map[types.UID][]applied{}}
+	for _, p := range plans {
+		out.Done[p.Launcher] = a.apply(ctx, p.Key, snap, p.Launcher, p.Ops)
 	}
 	out.Finished = time.Now()
 	return out
@@ -67,39 +60,32 @@ func (a *Agent) apply(ctx context.Context, key string, snap Snapshot, launcher t
 	var out []applied
 	failed := map[string]bool{}
 	for _, o := range plan {
-		if o.Kind == outcome.Grow && failed[o.Name] {
-			continue
-		}
-		if o.Kind == outcome.Grow {
-			if r, ok := a.grown(key, launcher, o); ok {
-				out = append(out, r)
+		if o.Kind != outcome.Grow {
+			r := a.call(ctx, snap, launcher, o)
+			if r.Result == outcome.Error || r.Result == outcome.Abandoned || r.Result == outcome.Refused || r.Result == outcome.NotPublished {
+				failed[o.Name] = true
 			}
+			if r.Result.Changed() || r.Result == outcome.Error || r.Result == outcome.Abandoned {
+				// What the launcher holds is no longer what snap says.
+				a.snaps.touched(launcher)
+			}
+			out = append(out, r)
 			continue
 		}
-		r := a.call(ctx, snap, launcher, o)
-		if r.Result == outcome.Error || r.Result == outcome.Abandoned || r.Result == outcome.Refused || r.Result == outcome.NotPublished {
-			failed[o.Name] = true
+		if failed[o.Name] {
+			continue
 		}
-		if r.Result.Changed() || r.Result == outcome.Error || r.Result == outcome.Abandoned {
-			// What the launcher holds is no longer what snap says.
-			a.snaps.touched(launcher)
+		// The finished check of o, made for the volume as it is desired
+		// now, or a new one queued.
+		k := growKey{key, launcher, o.Name}
+		if r, ok := a.growth.take(k, o.Intent.Desired); ok {
+			r.Op = o
+			out = append(out, r)
+		} else {
+			a.growth.submit(k, o.Intent.Desired)
 		}
-		out = append(out, r)
 	}
 	return out
-}
-
-// grown returns the finished growth check of o, made for the volume as it
-// is desired now, or queues one.
-func (a *Agent) grown(key string, launcher types.UID, o op) (applied, bool) {
-	k := growKey{key, launcher, o.Name}
-	r, ok := a.growth.take(k, o.Intent.Desired)
-	if !ok {
-		a.growth.submit(k, o.Intent.Desired)
-		return applied{}, false
-	}
-	r.Op = o
-	return r, true
 }
 
 // call makes one engine call and classifies its result.

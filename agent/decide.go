@@ -98,13 +98,16 @@ func decide(w world) decision {
 	}
 	d.Abandoned = abandonedLaunchers(d.State, vmi, choice, w.Pods)
 	d.Clean = staleLaunchers(d.State, choice.Launcher, d.Abandoned, w.Pods)
-	if choice.Launcher == nil {
-		if len(d.Clean) == 0 {
-			d.Pending = pendingVolumes(vmi)
-		}
+	if choice.Launcher != nil {
+		d.decideLauncher(w, choice.Launcher)
 		return d
 	}
-	d.decideLauncher(w, choice.Launcher)
+	if len(d.Clean) == 0 {
+		// No launcher to attach to and nothing to clean.
+		for _, c := range vmi.Spec.HotplugClaims() {
+			d.Pending = append(d.Pending, volumeState{Name: c.Name, Mode: string(vmi.Status.VolumeStatusByName(c.Name).Mode()), State: StatePending})
+		}
+	}
 	return d
 }
 
@@ -115,12 +118,11 @@ func (d *decision) decideLauncher(w world, launcher *corev1.Pod) {
 	d.ClearRefusal = true
 	d.Launcher = launcher
 	d.VMI = kubevirt.ForLauncher(w.VMI, w.Node, launcher, w.Pods)
-	pruneState(st, d.VMI)
-	d.Intents = buildIntents(d.VMI, launcher, w.Pods, w.Claims)
 	d.Compute = string(launcher.UID) + " " + kubevirt.ComputeContainerID(launcher)
 	m := st.migration.Migration
 	d.Target = m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationRunning && m.IsTargetLauncher(d.VMI, launcher)
 	d.WriteStatus = w.ReportVolumeStatus && !d.Target
+	d.Intents = buildIntents(d.VMI, launcher, w.Pods, w.Claims)
 }
 
 // involved lists the launchers whose hotplug-disks the pass looks at.
@@ -146,6 +148,26 @@ func stateFor(remembered *vmiState, uid types.UID) *vmiState {
 		st.launchers, st.uid = launchers, uid
 	}
 	return st
+}
+
+func newVMIState() *vmiState {
+	return &vmiState{
+		launchers: map[types.UID]bool{},
+		capacity:  map[string]int64{},
+		warned:    map[string]string{},
+		wanted:    map[string]time.Time{},
+	}
+}
+
+// clone copies the state, so that a pass can build the next one without
+// touching what is remembered until report stores it.
+func (st *vmiState) clone() *vmiState {
+	c := *st
+	c.launchers = maps.Clone(st.launchers)
+	c.capacity = maps.Clone(st.capacity)
+	c.warned = maps.Clone(st.warned)
+	c.wanted = maps.Clone(st.wanted)
+	return &c
 }
 
 // noteMigration remembers node's part in the VMI's migration, and reports
@@ -217,26 +239,45 @@ func heldForHandoff(st *vmiState, pods kubevirt.PodLookup) (clean, held []types.
 	return clean, held
 }
 
-// pruneState drops remembered data of volumes that left the VMI.
-func pruneState(st *vmiState, vmi *kubevirt.VMI) {
-	for name := range st.capacity {
-		if !vmi.Spec.HasVolume(name) {
-			delete(st.capacity, name)
-		}
-	}
-	for name := range st.wanted {
-		if !vmi.Spec.HasVolume(name) {
-			delete(st.wanted, name)
-		}
-	}
+// volumeIntent is the agent's view of one hotpluggable volume of the VMI:
+// what the ownership rules say (kubevirt.HotplugVolume) plus what the
+// engine needs to attach it.
+type volumeIntent struct {
+	kubevirt.HotplugVolume
+	Desired DesiredVolume
+	// Attachable: the attachment pod is verified and the PV is known, so
+	// Attach may be called.
+	Attachable bool
+	// Transient is an API error that should retry the reconcile.
+	Transient error
 }
 
-// pendingVolumes marks every hotplug volume pending when there is no
-// launcher to attach to.
-func pendingVolumes(vmi *kubevirt.VMI) []volumeState {
-	var out []volumeState
-	for _, c := range vmi.Spec.HotplugClaims() {
-		out = append(out, volumeState{Name: c.Name, Mode: string(vmi.Status.VolumeStatusByName(c.Name).Mode()), State: StatePending})
+// pvResolver maps a claim to its bound PV name.
+type pvResolver func(namespace, claim string) (string, error)
+
+// buildIntents computes the intent for every hotpluggable volume of the
+// VMI, for the given verified launcher.
+func buildIntents(vmi *kubevirt.VMI, launcher *corev1.Pod, pods kubevirt.PodLookup, resolve pvResolver) []volumeIntent {
+	var out []volumeIntent
+	for _, hv := range kubevirt.HotplugVolumes(vmi, launcher, pods) {
+		in := volumeIntent{HotplugVolume: hv, Desired: DesiredVolume{
+			Name:               hv.Name,
+			Mode:               hv.Mode,
+			LauncherUID:        launcher.UID,
+			ComputeContainerID: kubevirt.ComputeContainerID(launcher),
+			CapacityBytes:      hv.CapacityBytes,
+			FilesystemOverhead: hv.FilesystemOverhead,
+			Source:             Source{AttachmentPodUID: hv.AttachPodUID},
+		}}
+		if hv.AttachPod != nil {
+			pv, err := resolve(vmi.Namespace, hv.Claim)
+			if err != nil {
+				in.Transient, in.Pending = err, err.Error()
+			} else {
+				in.Desired.Source.PVName, in.Attachable = pv, true
+			}
+		}
+		out = append(out, in)
 	}
 	return out
 }

@@ -1,17 +1,7 @@
 package agent
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
-
-	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // Why a VMI missing from the caches is confirmed before anything is
@@ -52,57 +42,3 @@ const (
 
 // GoneChecks lists every result of a confirmation.
 var GoneChecks = []string{GoneConfirmed, GoneReplaced, GoneElsewhere, GoneStillHere, GoneUnknown}
-
-// confirmGone asks the API server whether the VMI of key, remembered with
-// uid, really left this node. Only the first three results allow a
-// detach; err says why the answer is unknown.
-func (a *Agent) confirmGone(ctx context.Context, key string, uid types.UID) (string, error) {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return GoneUnknown, fmt.Errorf("split vmi key %q: %w", key, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	u, err := a.dyn.Resource(kubevirt.VMIResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return GoneConfirmed, nil
-	case err != nil:
-		return GoneUnknown, fmt.Errorf("get vmi %s: %w", key, err)
-	case uid != "" && u.GetUID() != uid:
-		return GoneReplaced, nil
-	}
-	l := u.GetLabels()
-	if l[kubevirt.LabelNodeName] == a.cfg.NodeName || l[kubevirt.LabelMigrationTargetNode] == a.cfg.NodeName {
-		return GoneStillHere, nil
-	}
-	if vmi, err := kubevirt.DecodeVMI(u); err == nil && runsHere(vmi, a.cfg.NodeName) {
-		return GoneStillHere, nil
-	}
-	return GoneElsewhere, nil
-}
-
-// runsHere reports whether the VMI's status puts its VM on node although
-// no label does: the target label can go before kubevirt.io/nodeName moves
-// to the target of a completed migration, and the VM already runs there.
-func runsHere(vmi *kubevirt.VMI, node string) bool {
-	if vmi.Status.NodeName == node {
-		return true
-	}
-	m := kubevirt.MigrationOf(vmi, node)
-	return m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationSucceeded
-}
-
-// goneAllowsDetach reports whether a confirmation's result lets the
-// launchers of a VMI that left the caches be emptied.
-func goneAllowsDetach(result string) bool {
-	return result == GoneConfirmed || result == GoneReplaced || result == GoneElsewhere
-}
-
-// goneLog says why nothing of a VMI missing from the caches was detached.
-func goneLog(result string, err error) logLine {
-	if result == GoneStillHere {
-		return logLine{slog.LevelInfo, "vmi is missing from the caches but still names this node; waiting for them before detaching anything", nil}
-	}
-	return logLine{slog.LevelWarn, "vmi is missing from the caches and the API server cannot confirm it left; nothing is detached", []any{"error", err.Error()}}
-}

@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/hpmount/hpmount/kubevirt"
 )
@@ -73,4 +77,50 @@ func (a *Agent) observe(ctx context.Context, d decision) observation {
 		o.GrowthReady = a.growth.ready(d.Key, l.UID)
 	}
 	return o
+}
+
+// confirmGone asks the API server whether the VMI of key, remembered with
+// uid, really left this node. Only the first three results allow a
+// detach; err says why the answer is unknown.
+func (a *Agent) confirmGone(ctx context.Context, key string, uid types.UID) (string, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return GoneUnknown, fmt.Errorf("split vmi key %q: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	u, err := a.dyn.Resource(kubevirt.VMIResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return GoneConfirmed, nil
+	case err != nil:
+		return GoneUnknown, fmt.Errorf("get vmi %s: %w", key, err)
+	case uid != "" && u.GetUID() != uid:
+		return GoneReplaced, nil
+	}
+	l := u.GetLabels()
+	if l[kubevirt.LabelNodeName] == a.cfg.NodeName || l[kubevirt.LabelMigrationTargetNode] == a.cfg.NodeName {
+		return GoneStillHere, nil
+	}
+	if vmi, err := kubevirt.DecodeVMI(u); err == nil && runsHere(vmi, a.cfg.NodeName) {
+		return GoneStillHere, nil
+	}
+	return GoneElsewhere, nil
+}
+
+// runsHere reports whether the VMI's status puts its VM on node although
+// no label does: the target label can go before kubevirt.io/nodeName moves
+// to the target of a completed migration, and the VM already runs there.
+func runsHere(vmi *kubevirt.VMI, node string) bool {
+	if vmi.Status.NodeName == node {
+		return true
+	}
+	m := kubevirt.MigrationOf(vmi, node)
+	return m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationSucceeded
+}
+
+// goneAllowsDetach reports whether a confirmation's result lets the
+// launchers of a VMI that left the caches be emptied.
+func goneAllowsDetach(result string) bool {
+	return result == GoneConfirmed || result == GoneReplaced || result == GoneElsewhere
 }

@@ -40,29 +40,30 @@ type planInput struct {
 	GrowthReady func(name string) bool
 }
 
-// passPlan is the engine calls of one pass: for each launcher to empty,
-// and for the served launcher.
-type passPlan struct {
-	Clean    map[types.UID][]op
-	Launcher []op
+// launcherPlan is the engine calls planned for one launcher. Key names
+// the VMI whose growth checks they hand over; "" for a launcher emptied.
+type launcherPlan struct {
+	Launcher types.UID
+	Key      string
+	Ops      []op
 }
 
-// planPass plans every launcher the pass observed: nothing is desired in
-// a launcher to empty; the served one gets its volumes' intents. A
-// launcher that could not be observed, or whose hotplug-disks is refused,
-// gets no plan.
-func planPass(d decision, o observation) passPlan {
-	p := passPlan{Clean: map[types.UID][]op{}}
-	for uid, ol := range o.Clean {
-		if ol.Err == nil {
-			p.Clean[uid] = buildPlan(planInput{Observed: ol.Volumes})
+// planPass plans every launcher the pass observed, in the order apply
+// runs them: the launchers to empty (nothing is desired there), then the
+// served one, which gets its volumes' intents. A launcher that could not
+// be observed, or whose hotplug-disks is refused, gets no plan.
+func planPass(d decision, o observation) []launcherPlan {
+	var plans []launcherPlan
+	for _, uid := range d.Clean {
+		if ol, ok := o.Clean[uid]; ok && ol.Err == nil {
+			plans = append(plans, launcherPlan{Launcher: uid, Ops: buildPlan(planInput{Observed: ol.Volumes})})
 		}
 	}
-	if d.Launcher == nil || o.Launcher.Err != nil || o.Launcher.Refusal != nil || o.Snap == nil {
-		return p
+	if d.Launcher == nil || o.Snap == nil || o.Launcher.Err != nil || o.Launcher.Refusal != nil {
+		return plans
 	}
 	st := d.State
-	p.Launcher = buildPlan(planInput{
+	return append(plans, launcherPlan{Launcher: d.Launcher.UID, Key: d.Key, Ops: buildPlan(planInput{
 		Spec: &d.VMI.Spec, Intents: d.Intents, Observed: o.Launcher.Volumes, Resync: d.Resync,
 		VerifyBlock: st.compute != "" && st.compute != d.Compute, GrowFilesystems: d.GrowFilesystems,
 		CapacityChanged: func(name string, c int64) bool {
@@ -70,8 +71,7 @@ func planPass(d decision, o observation) passPlan {
 			return !ok || last != c
 		},
 		GrowthReady: o.GrowthReady,
-	})
-	return p
+	})})
 }
 
 // buildPlan returns the ordered engine calls that turn observed into

@@ -21,9 +21,10 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 	}
 	d := decide(w)
 	o := a.observe(ctx, d)
-	p := planPass(d, o)
-	done := a.applyPass(ctx, d, o, p)
-	return a.report(summarizePass(d, o, done))
+	plans := planPass(d, o)
+	done := a.applyPass(ctx, o.Snap, plans)
+	pass := summarizePass(d, o, done)
+	return a.report(pass)
 }
 
 // launcherDirKey is the volume of a refusal of the launcher's hotplug-disks

@@ -60,8 +60,18 @@ func (a *Agent) remember(r passReport) {
 	a.states[r.Key] = r.State
 	a.mu.Unlock()
 	if r.GrowthLauncher != "" {
-		a.growth.prune(r.Key, func(k growKey) bool { return k.launcher == r.GrowthLauncher && r.GrowthSpec.HasVolume(k.volume) })
+		a.growth.prune(r.Key, func(k growKey) bool { return k.launcher == r.GrowthLauncher && r.GrowthKeep[k.volume] })
 	}
+}
+
+// forget drops everything remembered of key.
+func (a *Agent) forget(key string) {
+	a.growth.prune(key, nil)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.states, key)
+	delete(a.resync, key)
+	delete(a.arrived, key)
 }
 
 // reportSnapshot reports a read of the host mount table; nil is none.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubevirt"
@@ -118,10 +119,11 @@ type passReport struct {
 	// State is the state to remember; Forget drops the key instead.
 	State  *vmiState
 	Forget bool
-	// Growth names the served launcher and its VMI's spec: finished
-	// growth checks of anything else are dropped.
+	// GrowthLauncher and GrowthKeep name the served launcher and its
+	// hotplug volumes: finished growth checks of anything else are
+	// dropped.
 	GrowthLauncher types.UID
-	GrowthSpec     *kubevirt.VMISpec
+	GrowthKeep     map[string]bool
 	// Requeue asks for another pass that soon, when not 0.
 	Requeue time.Duration
 	Status  map[string]statusUpdate
@@ -217,7 +219,7 @@ func (r *passReport) cleaned(d decision, o observation, done passApplied) []erro
 			errs = append(errs, ol.Err)
 			continue
 		}
-		s := summarize(summaryInput{Observed: ol.Volumes, Applied: done.Clean[uid]})
+		s := summarize(summaryInput{Observed: ol.Volumes, Applied: done.Done[uid]})
 		s.LogAttrs = []any{"launcher", string(uid)}
 		r.Parts = append(r.Parts, s)
 		if err := errors.Join(s.Errs...); err != nil {
@@ -252,7 +254,11 @@ func (r *passReport) targetCleaned(d decision) {
 // served summarizes the pass of the served launcher.
 func (r *passReport) served(d decision, o observation, done passApplied) {
 	st := r.State
-	r.GrowthLauncher, r.GrowthSpec = d.Launcher.UID, &d.VMI.Spec
+	pruneState(st, d.Intents)
+	r.GrowthLauncher, r.GrowthKeep = d.Launcher.UID, map[string]bool{}
+	for _, it := range d.Intents {
+		r.GrowthKeep[it.Name] = true
+	}
 	if ref := o.Launcher.Refusal; ref != nil {
 		// hotplug-disks itself is unsafe (a symlink, a parent that is
 		// one): no volume can be served and retrying cannot help until it
@@ -264,12 +270,11 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 		r.Errs = append(r.Errs, o.Launcher.Err)
 		return
 	}
-	noteWanted(st, d.Intents, o.Launcher.Volumes, d.Arrived)
-	if !slices.ContainsFunc(done.Launcher, func(a applied) bool { return a.Op.Kind == outcome.Verify && a.Result == outcome.Error }) {
+	if !slices.ContainsFunc(done.Done[d.Launcher.UID], func(a applied) bool { return a.Op.Kind == outcome.Verify && a.Result == outcome.Error }) {
 		st.compute = d.Compute // else the retry verifies again
 	}
 	s := summarize(summaryInput{
-		VMI: d.VMI, Intents: d.Intents, Observed: o.Launcher.Volumes, Applied: done.Launcher,
+		VMI: d.VMI, Intents: d.Intents, Observed: o.Launcher.Volumes, Applied: done.Done[d.Launcher.UID],
 		ReportVolumeStatus: d.WriteStatus, LastCapacity: maps.Clone(st.capacity),
 	})
 	r.Parts = append(r.Parts, s)
@@ -283,6 +288,7 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 		r.Status = s.Status
 	}
 	r.Errs = append(r.Errs, s.Errs...)
+	noteWanted(st, d.Intents, o.Launcher.Volumes, d.Arrived)
 }
 
 // targetReady sends MigrationTargetReady once per migration, when every
@@ -311,6 +317,18 @@ func (r *passReport) targetReady(d decision, s summary, now time.Time) {
 	r.Parts = append(r.Parts, e)
 }
 
+// pruneState drops remembered data of volumes that left the VMI: every
+// volume with growth or latency data is a hotplug volume, so one without
+// an intent left.
+func pruneState(st *vmiState, intents []volumeIntent) {
+	keep := make(map[string]bool, len(intents))
+	for _, it := range intents {
+		keep[it.Name] = true
+	}
+	maps.DeleteFunc(st.capacity, func(name string, _ int64) bool { return !keep[name] })
+	maps.DeleteFunc(st.wanted, func(name string, _ time.Time) bool { return !keep[name] })
+}
+
 // noteWanted starts the attach latency of every volume that is desired but
 // not usable yet, at the arrival of the VMI change being reconciled. A
 // volume already usable when first seen (adopted after a restart) has none.
@@ -324,6 +342,14 @@ func noteWanted(st *vmiState, intents []volumeIntent, observed []ObservedVolume,
 			st.wanted[it.Name] = arrived
 		}
 	}
+}
+
+// goneLog says why nothing of a VMI missing from the caches was detached.
+func goneLog(result string, err error) logLine {
+	if result == GoneStillHere {
+		return logLine{slog.LevelInfo, "vmi is missing from the caches but still names this node; waiting for them before detaching anything", nil}
+	}
+	return logLine{slog.LevelWarn, "vmi is missing from the caches and the API server cannot confirm it left; nothing is detached", []any{"error", err.Error()}}
 }
 
 // summarize decides what a pass means. It is pure: no I/O, no agent state.
@@ -453,4 +479,44 @@ func (s *summary) detached(in summaryInput, r applied) {
 		s.Status[name] = statusUpdate{kubevirt.PhaseUnMountedFromPod, kubevirt.ReasonUnMounted, fmt.Sprintf("Volume %s has been unmounted from virt-launcher pod", name)}
 	}
 	s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: string(r.Op.Observed.Mode), State: StateUnmounted})
+}
+
+// refusalEvent reports a refusal. Its message leads with the reason code,
+// the reason label under which hpmount_refusals_total counts it.
+func refusalEvent(volume string, r *kubevirt.Refusal) event {
+	return event{Volume: volume, Type: corev1.EventTypeWarning, Reason: EventHotplugRefused, Message: r.Error(), Once: true, Refusal: r}
+}
+
+func (s *summary) warn(volume, reason, msg string) {
+	s.Events = append(s.Events, event{Volume: volume, Type: corev1.EventTypeWarning, Reason: reason, Message: msg, Once: true})
+}
+
+func (s *summary) normal(volume, reason, msg string) {
+	s.Events = append(s.Events, event{Volume: volume, Type: corev1.EventTypeNormal, Reason: reason, Message: msg})
+}
+
+// notPropagated says why the launcher does not see the volume's mount,
+// from this pass's attach or else from what was observed; "" if it does
+// or cannot be told.
+func notPropagated(o *ObservedVolume, r *applied) string {
+	switch {
+	case r != nil && r.NotPropagated != nil:
+		return r.NotPropagated.Error()
+	case r == nil && o != nil && o.NotPropagated:
+		return "its view of hotplug-disks does not receive the node's mounts (started before the kubelet's pods directory was shared, or without mountPropagation: HostToContainer); restart the launcher pod (migrate the VM)"
+	}
+	return ""
+}
+
+func findObserved(obs []ObservedVolume, name string) *ObservedVolume {
+	for i := range obs {
+		if obs[i].Name == name {
+			return &obs[i]
+		}
+	}
+	return nil
+}
+
+func size(b int64) string {
+	return resource.NewQuantity(b, resource.BinarySI).String()
 }

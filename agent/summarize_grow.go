@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -99,44 +96,4 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StatePending})
 	}
 	s.Cleared = append(s.Cleared, onceKey(name, EventHotplugRefused))
-}
-
-// refusalEvent reports a refusal. Its message leads with the reason code,
-// the reason label under which hpmount_refusals_total counts it.
-func refusalEvent(volume string, r *kubevirt.Refusal) event {
-	return event{Volume: volume, Type: corev1.EventTypeWarning, Reason: EventHotplugRefused, Message: r.Error(), Once: true, Refusal: r}
-}
-
-func (s *summary) warn(volume, reason, msg string) {
-	s.Events = append(s.Events, event{Volume: volume, Type: corev1.EventTypeWarning, Reason: reason, Message: msg, Once: true})
-}
-
-func (s *summary) normal(volume, reason, msg string) {
-	s.Events = append(s.Events, event{Volume: volume, Type: corev1.EventTypeNormal, Reason: reason, Message: msg})
-}
-
-// notPropagated says why the launcher does not see the volume's mount,
-// from this pass's attach or else from what was observed; "" if it does
-// or cannot be told.
-func notPropagated(o *ObservedVolume, r *applied) string {
-	switch {
-	case r != nil && r.NotPropagated != nil:
-		return r.NotPropagated.Error()
-	case r == nil && o != nil && o.NotPropagated:
-		return "its view of hotplug-disks does not receive the node's mounts (started before the kubelet's pods directory was shared, or without mountPropagation: HostToContainer); restart the launcher pod (migrate the VM)"
-	}
-	return ""
-}
-
-func findObserved(obs []ObservedVolume, name string) *ObservedVolume {
-	for i := range obs {
-		if obs[i].Name == name {
-			return &obs[i]
-		}
-	}
-	return nil
-}
-
-func size(b int64) string {
-	return resource.NewQuantity(b, resource.BinarySI).String()
 }

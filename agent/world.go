@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -89,17 +88,6 @@ func (a *Agent) lookupVMI(key string) (*unstructured.Unstructured, bool, error) 
 	return nil, false, nil
 }
 
-// clone copies the state, so that a pass can build the next one without
-// touching what is remembered until report stores it.
-func (st *vmiState) clone() *vmiState {
-	c := *st
-	c.launchers = maps.Clone(st.launchers)
-	c.capacity = maps.Clone(st.capacity)
-	c.warned = maps.Clone(st.warned)
-	c.wanted = maps.Clone(st.wanted)
-	return &c
-}
-
 // resolvePV maps a claim to its PV from the claim cache: no API call on the
 // reconcile path, and a claim deleted and created again under the same
 // name is seen as it is now.
@@ -108,4 +96,13 @@ func (a *Agent) resolvePV(ns, claim string) (string, error) {
 		return "", errors.New("volume names no claim")
 	}
 	return a.ClaimVolume(ns, claim)
+}
+
+// takeResync reports and clears whether key is due for a periodic pass.
+func (a *Agent) takeResync(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	due := a.resync[key]
+	delete(a.resync, key)
+	return due
 }
