@@ -47,6 +47,10 @@ type peerVolume struct {
 	// alsoIn names another attachment pod that publishes the same
 	// filesystem too (the same device, kubevirt#16520).
 	alsoIn string
+	// pv, when set, is the PV hpmount is told the claim is bound to
+	// instead of the published one (a claim the spec names that this node
+	// does not publish).
+	pv string
 }
 
 // peerNode is one fresh simulated node: a launcher and an attachment pod
@@ -167,6 +171,14 @@ func (n *peerNode) makeCgroups(t *testing.T) string {
 }
 
 func (n *peerNode) pvName(v peerVolume) string { return "pv-" + n.prefix + "-" + v.name }
+
+// hpmountPV is the PV hpmount is given for v.
+func (n *peerNode) hpmountPV(v peerVolume) string {
+	if v.pv != "" {
+		return v.pv
+	}
+	return n.pvName(v)
+}
 
 func (n *peerNode) mountDir(v peerVolume) string { return n.mountDirIn(n.attachOf(v), v) }
 
@@ -298,7 +310,7 @@ func (n *peerNode) runHpmount(t *testing.T, bin, op string) map[string]string {
 	var vols []desiredVolume
 	for _, v := range n.vols {
 		dv := desiredVolume{Name: v.name, Mode: v.mode, LauncherUID: n.launcher}
-		dv.Source.AttachmentPodUID, dv.Source.PVName = n.attachOf(v), n.pvName(v)
+		dv.Source.AttachmentPodUID, dv.Source.PVName = n.attachOf(v), n.hpmountPV(v)
 		if v.mode == kubevirt.Block {
 			dv.ComputeContainerID = "containerd://" + computeID
 		}
