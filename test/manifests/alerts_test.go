@@ -24,7 +24,9 @@ import (
 // externalMetrics are the only series the alerts and the dashboard may name
 // that hpmount does not export, with who does.
 var externalMetrics = map[string]string{
-	"kube_pod_info": "kube-state-metrics",
+	"kube_pod_info":                   "kube-state-metrics",
+	"kube_pod_status_phase":           "kube-state-metrics",
+	"kube_pod_container_status_ready": "kube-state-metrics",
 }
 
 // scrapeLabels are added to every series by the PodMonitor (node, by its
@@ -79,6 +81,10 @@ func vocabulary() map[string]map[string][]string {
 // _bucket, _sum and _count) to its labels.
 func exported() map[string][]string {
 	out := map[string][]string{}
+	for name, labels := range runtimeFamilies() {
+		out[name] = labels
+		out[name+"_sum"], out[name+"_count"] = labels, labels // a summary's; harmless otherwise
+	}
 	for _, d := range metrics.Descriptions() {
 		if d.Type != metrics.TypeHistogram {
 			out[d.Name] = d.Labels
@@ -239,7 +245,8 @@ func TestAlertRules(t *testing.T) {
 		})
 	}
 	for _, want := range []string{"HpmountVolumeNotMounted", "HpmountTenantContentRefused", "HpmountFilesystemExpansionFailed",
-		"HpmountFilesystemExpansionPending", "HpmountEngineCallStuck", "HpmountAgentDown"} {
+		"HpmountFilesystemExpansionPending", "HpmountEngineCallStuck", "HpmountAgentDown", "HpmountAgentNotReady",
+		"HpmountMountinfoUnparsed", "HpmountWorkqueueRetries", "HpmountAgentMemoryNearLimit"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}
@@ -317,7 +324,9 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"hpmount_volumes", "hpmount_attach_latency_seconds_bucket", "hpmount_refusals_total", "hpmount_filesystem_expansions_total"} {
+	for _, want := range []string{"hpmount_volumes", "hpmount_attach_latency_seconds_bucket", "hpmount_refusals_total", "hpmount_filesystem_expansions_total",
+		"hpmount_volume_stale_open", "hpmount_workqueue_depth", "hpmount_workqueue_retries_total", "hpmount_reconcile_duration_seconds_bucket",
+		"process_resident_memory_bytes", "go_gc_gomemlimit_bytes", "hpmount_migration_events_total"} {
 		if !read[want] {
 			t.Errorf("no panel reads %s", want)
 		}

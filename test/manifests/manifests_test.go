@@ -314,7 +314,10 @@ func TestDaemonSetInvariants(t *testing.T) {
 			return nil
 		}},
 		{"resources", func() error {
-			want := map[string]string{"cpu request": "20m", "memory request": "64Mi", "memory limit": "256Mi"}
+			if err := memoryFitsBenchmarks(t, c.Resources); err != nil {
+				return err
+			}
+			want := map[string]string{"cpu request": "20m", "memory request": "192Mi", "memory limit": "384Mi"}
 			got := map[string]string{
 				"cpu request":    c.Resources.Requests.Cpu().String(),
 				"memory request": c.Resources.Requests.Memory().String(),
