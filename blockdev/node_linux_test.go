@@ -262,9 +262,9 @@ func TestRecheckConfirmsTheDisk(t *testing.T) {
 // TestCoveredNodeRefused: a host file, or a host device node of the very
 // disk the node is for, bind-mounted on the node's name is what a lookup
 // of the name reaches. Ensure, Recheck and Remove refuse it before any
-// write, chown, record or unlink, and Observe lists the name as covered
-// without its device; the host file keeps owner, mode, attributes and
-// content.
+// write, chown, record or unlink, Observe lists the name as covered
+// without its device, and Covered (diag's question) says so; the host file
+// keeps owner, mode, attributes and content.
 func TestCoveredNodeRefused(t *testing.T) {
 	f := newNodeFixture(t)
 	p, err := f.nodes.PublishedDevice(hpPod, pvName)
@@ -284,6 +284,9 @@ func TestCoveredNodeRefused(t *testing.T) {
 			if _, _, err := f.nodes.Ensure(f.dir(t), "vol", p); err != nil {
 				t.Fatal(err)
 			}
+			if covered, err := Covered(f.dir(t), "vol"); err != nil || covered {
+				t.Fatalf("covered before the bind = %v, %v; want false", covered, err)
+			}
 			node := filepath.Join(f.root, targetRel, "vol")
 			if err := unix.Mount(host, node, "", unix.MS_BIND, ""); err != nil {
 				t.Fatal(err)
@@ -301,6 +304,9 @@ func TestCoveredNodeRefused(t *testing.T) {
 			}
 			if nodes, err := f.nodes.Observe(f.dir(t)); err != nil || len(nodes) != 1 || !nodes[0].Covered || nodes[0].Device != (Device{}) {
 				t.Errorf("observe = %+v, %v; want the name covered", nodes, err)
+			}
+			if covered, err := Covered(f.dir(t), "vol"); err != nil || !covered {
+				t.Errorf("covered = %v, %v; want true", covered, err)
 			}
 			if after := facts(t, host); after != before {
 				t.Errorf("host %q changed: %s, was %s", host, after, before)
@@ -334,4 +340,13 @@ func facts(t *testing.T, p string) string {
 		s += " " + string(b)
 	}
 	return s
+}
+
+// TestCoveredMissingName: a name that is not there is an error, not a
+// verdict either way.
+func TestCoveredMissingName(t *testing.T) {
+	f := newNodeFixture(t)
+	if _, err := Covered(f.dir(t), "missing"); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("covered of a missing name: %v, want ENOENT", err)
+	}
 }

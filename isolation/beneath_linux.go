@@ -199,26 +199,9 @@ func MountID(f *os.File) (uint64, error) {
 	return id, nil
 }
 
-// MountIDAt returns the id of the mount a lookup of name in dir reaches,
-// not following a final symlink: a mount on name itself if there is one,
-// so an id other than dir's says something is mounted on the name.
-func MountIDAt(dir *os.File, name string) (uint64, error) {
-	id, err := mountIDAt(int(dir.Fd()), name)
-	if err != nil {
-		return 0, fmt.Errorf("mount id of %q in %q: %w", name, dir.Name(), err)
-	}
-	return id, nil
-}
-
-func mountIDOf(fd int) (uint64, error) { return mountIDAt(fd, "") }
-
-func mountIDAt(dirfd int, name string) (uint64, error) {
-	flags := unix.AT_SYMLINK_NOFOLLOW
-	if name == "" {
-		flags |= unix.AT_EMPTY_PATH
-	}
+func mountIDOf(fd int) (uint64, error) {
 	var stx unix.Statx_t
-	err := unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &stx)
+	err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx)
 	if err != nil {
 		return 0, err
 	}

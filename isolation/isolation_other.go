@@ -32,9 +32,6 @@ func ReadLinkBeneath(root *os.File, rootPaths []string, rel string) (string, err
 // MountID is only supported on Linux.
 func MountID(f *os.File) (uint64, error) { return 0, errors.ErrUnsupported }
 
-// MountIDAt is only supported on Linux.
-func MountIDAt(dir *os.File, name string) (uint64, error) { return 0, errors.ErrUnsupported }
-
 // MountNamespace is only supported on Linux.
 type MountNamespace struct{}
 
