@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -137,5 +139,109 @@ func TestFollowLinkBeneath(t *testing.T) {
 				t.Fatalf("link %q was followed", tc.name)
 			}
 		})
+	}
+}
+
+// TestLookupRetriesAreBounded: the kernel answers EAGAIN to a confined
+// lookup that a rename or mount raced, and a retry is right, but a tenant
+// renaming in a loop can make every attempt race. Both confined opens
+// retry a few times and then fail with ErrLookupRaced, never loop.
+func TestLookupRetriesAreBounded(t *testing.T) {
+	root, _ := tree(t)
+	r, err := OpenRoot(root)
+	must(t, err)
+	defer r.Close()
+	opens := map[string]func() (*os.File, error){
+		"OpenBeneath": func() (*os.File, error) { return OpenBeneath(r, "vol/disk.img", How{Flags: unix.O_PATH}) },
+		"OpenInRoot":  func() (*os.File, error) { return OpenInRoot(r, "/vol/sub/../disk.img") },
+	}
+	for name, open := range opens {
+		t.Run(name, func(t *testing.T) {
+			// The kernel answers EAGAIN far more often than a lookup may
+			// retry, then gives up with ENOENT: a lookup without a bound
+			// would say ENOENT.
+			calls := 0
+			openat2Syscall = func(int, string, *unix.OpenHow) (int, error) {
+				if calls++; calls > 1000 {
+					return -1, unix.ENOENT
+				}
+				return -1, unix.EAGAIN
+			}
+			defer func() { openat2Syscall = unix.Openat2 }()
+			f, err := open()
+			if err == nil {
+				f.Close()
+			}
+			if !errors.Is(err, ErrLookupRaced) || !errors.Is(err, unix.EAGAIN) || calls != maxLookupRetries {
+				t.Fatalf("%s with EAGAIN on every try: %v after %d calls; want ErrLookupRaced after %d", name, err, calls, maxLookupRetries)
+			}
+			// A race that passes within the bound is retried through.
+			calls = 0
+			openat2Syscall = func(dirfd int, path string, how *unix.OpenHow) (int, error) {
+				if calls++; calls < maxLookupRetries {
+					return -1, unix.EAGAIN
+				}
+				return unix.Openat2(dirfd, path, how)
+			}
+			f, err = open()
+			if err != nil {
+				t.Fatalf("%s with EAGAIN %d times: %v; want it opened", name, maxLookupRetries-1, err)
+			}
+			f.Close()
+		})
+	}
+}
+
+// TestOpenInRootUnderARenameLoop: a tenant renames in a loop beneath the
+// root while the agent looks up a path that climbs with "..", which the
+// kernel answers EAGAIN whenever a rename raced it. Every lookup returns,
+// opened or failed with ErrLookupRaced.
+func TestOpenInRootUnderARenameLoop(t *testing.T) {
+	root, _ := tree(t)
+	r, err := OpenRoot(root)
+	must(t, err)
+	defer r.Close()
+	a, b := filepath.Join(root, "vol", "a"), filepath.Join(root, "vol", "b")
+	must(t, os.WriteFile(a, nil, 0o644))
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = unix.Rename(a, b)
+			_ = unix.Rename(b, a)
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
+
+	done := make(chan [2]int)
+	go func() {
+		var opened, raced int
+		// Each ".." is a point where the kernel checks for a racing
+		// rename; many make a race likely.
+		path := "/vol" + strings.Repeat("/sub/..", 50) + "/disk.img"
+		for range 2000 {
+			f, err := OpenInRoot(r, path)
+			switch {
+			case err == nil:
+				f.Close()
+				opened++
+			case errors.Is(err, ErrLookupRaced):
+				raced++
+			default:
+				t.Errorf("OpenInRoot: %v", err)
+			}
+		}
+		done <- [2]int{opened, raced}
+	}()
+	select {
+	case n := <-done:
+		t.Logf("under a rename loop: %d opened, %d failed as raced", n[0], n[1])
+	case <-time.After(60 * time.Second):
+		t.Fatal("OpenInRoot did not return under a rename loop")
 	}
 }
