@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package plugin holds what the hpmount and kubectl-hpmount commands share
 // with kubectl: loading the kubeconfig the kubectl way (KubeFlags), exit
 // statuses (Execute: 2 for usage and flag errors), and the remote diag of

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command hpmount is the node agent of KubeVirt volume hotplug and its
 // diagnostics. The commands are thin: flags become a config for a package.
 // Exit status: 0 success, 1 failure (diag: problems found), 2 usage or flag

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kubectl-hpmount is the kubectl plugin of hpmount:
 // `kubectl hpmount diag NODE [VMI...]` runs diag in that node's agent pod.
 // The work is in package plugin.
