@@ -12,13 +12,31 @@
 // graph says so: no mount, blockdev or node (test/deps). Which pods and
 // volumes belong to a VMI, and the refusal reasons, are package kubevirt's.
 //
-// One reconcile of one VMI reads as its phases, each in its own file:
-// desired (desired.go: the VMI's volumes judged by kubevirt, PVs resolved),
-// observed (Engine.Observe on one mount-table snapshot), plan (plan.go),
-// apply (apply.go: engine calls, recorded, never changing the intents),
-// summarize (summarize.go: a pure function from what was decided and done
-// to volume states, Events, metrics and status updates) and report
-// (report.go: sending them).
+// One reconcile of one VMI reads as its phases, each in its own file, called
+// in order from reconcile.go:
+//   - world (world.go): the VMI or its absence, read from the caches, with
+//     what the agent remembers of it, whether the pass is a resync, and
+//     when the change it reconciles arrived;
+//   - decide (decide.go, pure): the launcher, the node's part in a
+//     migration, the launchers to empty (gone, terminated, abandoned by a
+//     failed migration) or to hold (a source handing over), and the
+//     volumes' intents. A VMI gone from the caches is a world in which its
+//     remembered launchers want nothing;
+//   - observe (observe.go): the API server's word on a gone VMI (gone.go
+//     says why it is asked), one mount-table snapshot, Engine.Observe of
+//     each launcher involved;
+//   - plan (plan.go, pure): detaches, then attaches and verifies, then
+//     growth checks, per launcher;
+//   - apply (apply.go): the only caller of the Engine's changing methods;
+//     growth checks go to the growth runner (growth.go);
+//   - summarize (summarize*.go, pure): every Event, metric, log, status
+//     update and requeue of the pass, and the state to remember;
+//   - report (report.go): the only sender of Events and metrics for a VMI,
+//     the only writer of its remembered state; volumeStatus goes to the
+//     status writer (status.go).
+//
+// The orphan sweep (orphans.go) belongs to no VMI and runs in a loop and
+// queue of its own.
 //
 // Its informers wait out an unreachable API server through one gate
 // (gate.go) instead of client-go's backoff, and are released over a
