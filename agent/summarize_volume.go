@@ -97,3 +97,104 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 	}
 	s.Cleared = append(s.Cleared, onceKey(name, EventHotplugRefused))
 }
+
+// staleOpen reports a volume whose entry QEMU holds stale, on the state
+// volume just appended: a Warning once per message, and the flag behind
+// hpmount_volume_stale_open. A volume QEMU no longer holds stale clears
+// the Warning, so that it is sent again if the volume goes stale again.
+func (s *summary) staleOpen(o *ObservedVolume) {
+	v := &s.Volumes[len(s.Volumes)-1]
+	if o == nil || !o.StaleOpen {
+		s.Cleared = append(s.Cleared, onceKey(v.Name, EventStaleOpen))
+		return
+	}
+	v.StaleOpen = true
+	s.warn(v.Name, EventStaleOpen, fmt.Sprintf("Volume %s: QEMU holds a device or file that is no longer the volume's, so the guest's I/O goes to a disk that is gone: %s. "+
+		"No remount reaches QEMU: unplug and plug the volume (virtctl removevolume/addvolume) or restart the VM; hpmount never acts on QEMU", v.Name, o.StaleWhy))
+}
+
+// abandoned reports a call left stuck in the kernel. The volume is looked
+// at again on the next pass; until then nothing is assumed about it.
+func (s *summary) abandoned(r applied) {
+	name := r.Op.Name
+	s.Errs = append(s.Errs, fmt.Errorf("%s volume %q: %w", r.Op.Kind, name, r.Err))
+	s.warn(name, EventHotplugStuck, fmt.Sprintf("Volume %s: %s on the node did not finish within its deadline and was abandoned (a filesystem frozen, or a storage server gone?): %v", name, r.Op.Kind, r.Err))
+}
+
+// keptMounted reports whether the volume is mounted after its attach or
+// verify: it succeeded, or it failed on a volume that was and stays
+// healthy (the normal state once the attachment pod was replaced).
+func keptMounted(r applied) bool {
+	switch r.Result {
+	case outcome.Refused:
+		return false
+	case outcome.NotPublished, outcome.Error, outcome.Abandoned:
+		return r.Op.Observed.Healthy(r.Op.Intent.Desired.Mode)
+	}
+	return true
+}
+
+func (s *summary) attached(r applied) {
+	name := r.Op.Name
+	switch r.Result {
+	case outcome.Refused:
+		// reported with the volume's other refusals
+	case outcome.NotPublished:
+		if !keptMounted(r) {
+			s.Errs = append(s.Errs, fmt.Errorf("volume %q: %w", name, r.Err))
+		}
+	case outcome.Error:
+		s.Errs = append(s.Errs, fmt.Errorf("attach volume %q: %w", name, r.Err))
+		if !r.Canceled {
+			s.warn(name, EventHotplugFailed, fmt.Sprintf("Volume %s could not be made available in virt-launcher pod: %v", name, r.Err))
+		}
+	default:
+		s.Cleared = append(s.Cleared, onceKey(name, EventHotplugFailed))
+		if r.NotPropagated != nil {
+			return // reported with the volume (summarize_grow.go)
+		}
+		if r.Result.Changed() {
+			s.normal(name, EventVolumeMounted, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod (%s)", name, r.Result))
+		}
+		// A block node moved to a new device (a storage re-attach) is
+		// asked about soon too: QEMU may still hold the old one.
+		if !r.Op.Observed.Healthy(r.Op.Intent.Desired.Mode) || r.Result == outcome.Replaced {
+			s.Requeue = true
+		}
+	}
+}
+
+func (s *summary) detached(in summaryInput, r applied) {
+	name := r.Op.Name
+	if r.Result == outcome.Error {
+		s.Errs = append(s.Errs, fmt.Errorf("detach volume %q: %w", name, r.Err))
+		if !r.Canceled {
+			s.warn(name, EventHotplugFailed, fmt.Sprintf("Volume %s could not be removed from virt-launcher pod: %v", name, r.Err))
+		}
+		return
+	}
+	s.Cleared = append(s.Cleared, onceKey(name, EventHotplugFailed))
+	if r.Result.Changed() {
+		s.normal(name, EventVolumeUnmounted, fmt.Sprintf("Volume %s has been unmounted from virt-launcher pod", name))
+	}
+	if in.VMI == nil {
+		return
+	}
+	if in.VMI.Status.VolumeStatusByName(name) != nil {
+		s.Status[name] = statusUpdate{kubevirt.PhaseUnMountedFromPod, kubevirt.ReasonUnMounted, fmt.Sprintf("Volume %s has been unmounted from virt-launcher pod", name)}
+	}
+	s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: string(r.Op.Observed.Mode), State: StateUnmounted})
+}
+
+// notPropagated says why the launcher does not see the volume's mount,
+// from this pass's attach or else from what was observed; "" if it does
+// or cannot be told.
+func notPropagated(o *ObservedVolume, r *applied) string {
+	switch {
+	case r != nil && r.NotPropagated != nil:
+		return r.NotPropagated.Error()
+	case r == nil && o != nil && o.NotPropagated:
+		return "its view of hotplug-disks does not receive the node's mounts (started before the kubelet's pods directory was shared, or without mountPropagation: HostToContainer); restart the launcher pod (migrate the VM)"
+	}
+	return ""
+}
