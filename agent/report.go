@@ -19,9 +19,7 @@ import (
 // the pass is retried on.
 func (a *Agent) report(r passReport) error {
 	log := a.log.With("vmi", r.Key)
-	for _, l := range r.Logs {
-		log.Log(context.Background(), l.Level, l.Msg, l.Attrs...)
-	}
+	writeLogs(log, r.Logs)
 	a.reportSnapshot(r.Read)
 	if r.GoneCheck != "" {
 		a.obs.GoneCheck(r.GoneCheck)
@@ -35,6 +33,7 @@ func (a *Agent) report(r passReport) error {
 	for _, v := range r.Pending {
 		a.obs.VolumeState(r.Namespace, r.Name, v.Name, v.Mode, v.State)
 	}
+	writeLogs(log, r.Closing)
 	a.remember(r)
 	if r.Requeue > 0 {
 		a.queue.AddAfter(r.Key, r.Requeue)
@@ -43,6 +42,12 @@ func (a *Agent) report(r passReport) error {
 		a.status.add(r.Key, r.Status)
 	}
 	return errors.Join(r.Errs...)
+}
+
+func writeLogs(log *slog.Logger, lines []logLine) {
+	for _, l := range lines {
+		log.Log(context.Background(), l.Level, l.Msg, l.Attrs...)
+	}
 }
 
 // remember stores the state the pass leaves, or forgets the key, and

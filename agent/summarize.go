@@ -106,7 +106,9 @@ type statusUpdate struct {
 type passReport struct {
 	Key, Namespace, Name string
 	Ref                  *corev1.ObjectReference
-	Logs                 []logLine
+	// Logs come first; Closing after the summaries, saying how the pass
+	// ended.
+	Logs, Closing []logLine
 	// Parts are the pass's summaries in order: what was decided, each
 	// launcher emptied, the served launcher, the migration's steps.
 	Parts      []summary
@@ -195,7 +197,7 @@ func (r *passReport) gone(d decision, o observation, done passApplied) {
 	}
 	if len(d.Held) > 0 {
 		// The pod's end, or the resync, brings the key back.
-		r.Logs = append(r.Logs, logLine{slog.LevelDebug, "vmi left for its migration target; the source launcher keeps its mounts until it stops", []any{"launchers", len(d.Held)}})
+		r.Closing = append(r.Closing, logLine{slog.LevelDebug, "vmi left for its migration target; the source launcher keeps its mounts until it stops", []any{"launchers", len(d.Held)}})
 		return
 	}
 	if m := r.State.migration; m.Role == kubevirt.RoleSource && !m.Ended() && len(d.Clean) > 0 {
@@ -205,7 +207,7 @@ func (r *passReport) gone(d decision, o observation, done passApplied) {
 			d.Node, m.TargetNode, m.UID))
 		r.Parts = append(r.Parts, s)
 	}
-	r.Logs = append(r.Logs, logLine{slog.LevelInfo, "vmi gone from node, forgetting it", nil})
+	r.Closing = append(r.Closing, logLine{slog.LevelInfo, "vmi gone from node, forgetting it", nil})
 	r.Forget = true
 }
 
