@@ -79,9 +79,10 @@ func GenerateChart(deployDir string) (map[string][]byte, error) {
 	if files["values.yaml"], err = valuesYAML(ds, comps); err != nil {
 		return nil, err
 	}
-	if files["Chart.yaml"], err = chartYAML(ds); err != nil {
+	if files["Chart.yaml"], err = chartYAML(ds, ns); err != nil {
 		return nil, err
 	}
+	files[helpersName] = []byte(helpersTpl)
 	return files, nil
 }
 
@@ -245,6 +246,22 @@ func appendedArgs(base, with object) ([]string, error) {
 		return nil, errors.New("changes the DaemonSet beyond appending args, which the chart generator cannot template")
 	}
 	return wargs[len(bargs):], nil
+}
+
+// prometheusOperator says whether the component adds the Prometheus
+// Operator's objects, which take extra labels (<value>.labels).
+func (c component) prometheusOperator() bool {
+	return slices.ContainsFunc(c.objects, isPrometheusOperator)
+}
+
+// dashboard says whether the component adds a Grafana dashboard ConfigMap,
+// whose namespace is a value (<value>.namespace).
+func (c component) dashboard() bool {
+	return slices.ContainsFunc(c.objects, func(o object) bool {
+		labels, _ := nested(o, "metadata")["labels"].(map[string]any)
+		_, ok := labels[dashboardLabel]
+		return ok
+	})
 }
 
 func lowerCamel(dir string) string {

@@ -142,7 +142,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 				}
 			}
 			slices.SortFunc(want, func(a, b object) int { return strings.Compare(objectKey(a), objectKey(b)) })
-			compareObjects(t, mustRenderChart(t, c, namespace, tc.values), want)
+			compareObjects(t, stripReleaseLabels(t, mustRenderChart(t, c, namespace, tc.values)), want)
 		})
 	}
 }
@@ -181,7 +181,7 @@ func compareObjects(t *testing.T, got, want []object) {
 // that each lands where it should, in a release namespace of its own.
 func TestChartValues(t *testing.T) {
 	objs := mustRenderChart(t, loadChart(t), "other", valuesOf(t, `
-image: {repository: registry.local:5000/hpmount, tag: dev-1, pullPolicy: Always}
+image: {registry: "registry.local:5000", repository: hpmount, tag: dev-1, pullPolicy: Always}
 kubeletRoot: /data/kubelet
 tolerations: [{key: dedicated, operator: Equal, value: vms, effect: NoSchedule}]
 resources: {requests: {cpu: 50m}, limits: {memory: 512Mi}}
@@ -256,7 +256,17 @@ func TestValuesSchema(t *testing.T) {
 		{"defaults", `{}`, true},
 		{"rancher's global values", `global: {cattle: {systemDefaultRegistry: ""}}`, true},
 		{"an agent flag", `extraArgs: [--create-disk-images]`, true},
-		{"registry with port", `image: {repository: "registry.local:5000/hpmount"}`, true},
+		{"registry with port", `image: {registry: "registry.local:5000", repository: "hpmount"}`, true},
+		{"registry with a trailing slash", `image: {registry: "registry.local/"}`, false},
+		{"digest not sha256", `image: {digest: "md5:abc"}`, false},
+		{"rancher's registry with a scheme", `global: {cattle: {systemDefaultRegistry: "https://harbor.corp"}}`, false},
+		{"pull secret as a string", `imagePullSecrets: [ghcr]`, false},
+		{"pod label replacing the chart's", `podLabels: {app.kubernetes.io/name: other}`, false},
+		{"monitoring label replacing the chart's", `monitoring: {labels: {helm.sh/chart: x}}`, false},
+		{"unknown update strategy", `updateStrategy: {type: Recreate}`, false},
+		{"affinity misspelt", `affinity: {nodeAfinity: {}}`, false},
+		{"dashboards namespace not a name", `dashboards: {namespace: Cattle_Dashboards}`, false},
+		{"labels on a component without them", `storageView: {labels: {a: b}}`, false},
 		{"latest tag", `image: {tag: latest}`, false},
 		{"unknown pull policy", `image: {pullPolicy: Sometimes}`, false},
 		{"relative kubelet root", `kubeletRoot: var/lib/kubelet`, false},
