@@ -81,6 +81,16 @@ func TestServerSideDryRun(t *testing.T) {
 		t.Fatalf("server-side dry run with the volume-status component: %v", err)
 	}
 
+	// The dashboard ConfigMap, and the chart with every value set (the
+	// kinds the API server knows), with the base's Namespace first.
+	dash := render(t, componentOverlay(t, "dashboards"))
+	if _, err := cluster.ApplyManifests(ctx, admin, dash.raw, true); err != nil {
+		t.Fatalf("server-side dry run with the dashboards component: %v", err)
+	}
+	if _, err := cluster.ApplyManifests(ctx, admin, chartWithEveryValue(t), true); err != nil {
+		t.Fatalf("server-side dry run of the chart with every value: %v", err)
+	}
+
 	// The PodMonitor needs the Prometheus Operator's CRD, which this
 	// control plane does not have: dry-run it only when the CRD is served;
 	// otherwise TestMonitoringComponent's parse and selector checks are all

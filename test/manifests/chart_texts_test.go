@@ -171,3 +171,16 @@ func TestChartQuestions(t *testing.T) {
 		t.Errorf("chart with the form's default answers: %v", err)
 	}
 }
+
+// TestChartKubeVersion checks Chart.yaml's kubeVersion as helm install
+// does: the distributions hpmount runs on pass (RKE2's build metadata,
+// EKS's pre-release suffix), a cluster without enforced Pod Security
+// labels does not.
+func TestChartKubeVersion(t *testing.T) {
+	c := loadChart(t)
+	for v, ok := range map[string]bool{"v1.25.0": true, "v1.31.4+rke2r1": true, "v1.30.2-eks-2e66e5e": true, "v1.33.1": true, "v1.24.17": false} {
+		if got := chartutil.IsCompatibleRange(c.Metadata.KubeVersion, v); got != ok {
+			t.Errorf("kubeVersion %q admits %s: %t, want %t", c.Metadata.KubeVersion, v, got, ok)
+		}
+	}
+}

@@ -302,3 +302,34 @@ func TestChartEveryValueRendered(t *testing.T) {
 		}
 	}
 }
+
+// chartWithEveryValue renders the chart in the base's namespace with every
+// value of valueCases that the API server can check without the
+// Prometheus Operator, merged, and returns the base's Namespace and the
+// rendered objects as one multi-document YAML.
+func chartWithEveryValue(t *testing.T) []byte {
+	t.Helper()
+	vals := valuesOf(t, `
+image: {registry: "registry.local:5000", digest: `+digest+`}
+imagePullSecrets: [{name: ghcr}]
+nodeSelector: {kubevirt.io/schedulable: "true"}
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/worker, operator: Exists}]}]}}}
+podAnnotations: {example.com/team: storage}
+podLabels: {example.com/team: storage}
+updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: "10%"}}
+extraArgs: [--create-disk-images]
+dashboards: {enabled: true}
+volumeStatus: {enabled: true}
+storageView: {enabled: true}
+`)
+	objs := mustRenderChart(t, loadChart(t), namespace, vals)
+	out := readFile(t, deployPath(t, "namespace.yaml"))
+	for _, o := range objs {
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(append(out, "\n---\n"...), data...)
+	}
+	return out
+}
