@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	k8sv1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 
 	"github.com/hpmount/hpmount/internal/testutil"
@@ -94,6 +95,64 @@ func volumeMigrating(n *peerNode, withField bool) *v1.VirtualMachineInstance {
 				SourcePVCInfo:      &v1.PersistentVolumeClaimInfo{ClaimName: src, VolumeMode: &fs},
 				DestinationPVCInfo: &v1.PersistentVolumeClaimInfo{ClaimName: dst, VolumeMode: &block}})
 		}
+	}
+	return vmi
+}
+
+// TestMigratedVolumesOnTheTarget measures the target node of the same
+// volume migration at the moment status.volumeStatus still names the
+// source claim (Filesystem), as KubeVirt's migration-target controller
+// allows for when it replaces those entries from status.migratedVolumes:
+// the target attachment pod publishes the destination claim, a Block one.
+// KubeVirt takes the destination's mode from migratedVolumes and makes the
+// block node at once. hpmount, judging by volumeStatus, looks for a
+// Filesystem publish that is not there, reports it not published and
+// makes nothing; once volumeStatus names the destination's Block mode it
+// makes the node.
+func TestMigratedVolumesOnTheTarget(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := buildHpmountSide(t)
+	v := peerVolume{name: "vol", mode: kubevirt.Block}
+	kv := newPeerNode(t, "mtk", []peerVolume{v})
+	must(t, kv.kubeVirtMounter(t).MountFromPod(volumeMigrationTarget(kv), kv.attach, kv.kvCgroup))
+	if f := kv.facts(t, v); f.Kind != "block node" || !f.RdevSame {
+		t.Errorf("KubeVirt on the target: %+v, want the destination's block node", f)
+	}
+
+	hp := newPeerNode(t, "mth", []peerVolume{v})
+	raw, err := json.Marshal(volumeMigrationTarget(hp))
+	must(t, err)
+	mode := decode(t, raw).Status.VolumeStatus[0].Mode()
+	hp.vols = []peerVolume{{name: v.name, mode: mode}}
+	if out := hp.mountWithHpmount(t, bin); mode != kubevirt.Filesystem || !strings.Contains(out[v.name], "not published") {
+		t.Errorf("hpmount judged %s and reported %q, want Filesystem not published", mode, out[v.name])
+	}
+	hp.vols = []peerVolume{v}
+	if f := hp.facts(t, v); f.Target != "missing" {
+		t.Errorf("hpmount made %+v before volumeStatus named the destination", f)
+	}
+	if out := hp.mountWithHpmount(t, bin); out[v.name] != "created" {
+		t.Errorf("hpmount once volumeStatus names Block: %q, want created", out[v.name])
+	}
+}
+
+// volumeMigrationTarget is the node's VMI on the target node of a volume
+// migration of its volumes from Filesystem claims to the Block claims the
+// node publishes, volumeStatus still naming the source claims.
+func volumeMigrationTarget(n *peerNode) *v1.VirtualMachineInstance {
+	vmi := n.vmi()
+	vmi.Kind, vmi.APIVersion = "VirtualMachineInstance", v1.SchemeGroupVersion.String()
+	vmi.Status.ActivePods[types.UID("source-launcher")] = "node-src"
+	vmi.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: "volmig", SourceNode: "node-src",
+		SourcePod: "launcher-src", TargetNode: nodeName, TargetPod: "launcher-" + n.prefix, TargetAttachmentPodUID: n.attach}
+	block, fs := k8sv1.PersistentVolumeBlock, k8sv1.PersistentVolumeFilesystem
+	for i := range vmi.Spec.Volumes {
+		vol := &vmi.Spec.Volumes[i]
+		dst, src := vol.PersistentVolumeClaim.ClaimName, "claim-src-"+vol.Name
+		vmi.Status.VolumeStatus[i].PersistentVolumeClaimInfo = &v1.PersistentVolumeClaimInfo{ClaimName: src, VolumeMode: &fs}
+		vmi.Status.MigratedVolumes = append(vmi.Status.MigratedVolumes, v1.StorageMigratedVolumeInfo{VolumeName: vol.Name,
+			SourcePVCInfo:      &v1.PersistentVolumeClaimInfo{ClaimName: src, VolumeMode: &fs},
+			DestinationPVCInfo: &v1.PersistentVolumeClaimInfo{ClaimName: dst, VolumeMode: &block}})
 	}
 	return vmi
 }
