@@ -8,6 +8,16 @@
 //     cgroup manager and virt-chroot) and once with hpmount's node engine
 //     (test/peer/hpmountside), each on a fresh simulated node, and fails on
 //     any difference not in its list of measured ones.
+//   - cgroupv2_diff_linux_test.go does the same on a cgroup v2 node: a
+//     node nested in the first whose /sys/fs/cgroup is the cgroup2
+//     hierarchy, where KubeVirt picks its v2 manager. runc's own device
+//     program stands for the runtime's; the rule is compared by what a
+//     process of the compute container's cgroup may open and mknod.
+//   - known_linux_test.go reproduces kubevirt#16520, #16532 and #17882
+//     with KubeVirt's code and runs hpmount in the same situation.
+//   - migrated_linux_test.go measures what each does while a hotplugged
+//     volume is volume-migrated (KubeVirt reads status.migratedVolumes,
+//     hpmount does not), on the source node and on the target.
 //
 // The test binary runs as PID 1 of its own PID and mount namespaces,
 // pivoted into a node root (node_linux_test.go), because KubeVirt's mounter
