@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -52,4 +54,33 @@ func (r RemoteDiag) Run(ctx context.Context, k *KubeFlags, stdout, stderr io.Wri
 		return 0, err
 	}
 	return Exec(ctx, cfg, pod, c.Name, cmd, stdout, stderr)
+}
+
+// AgentNodes are the nodes that have an agent pod: the completions of
+// NODE.
+func AgentNodes(ctx context.Context, k *KubeFlags, selector string) ([]string, error) {
+	cfg, err := k.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := k.ContextNamespace(DefaultNamespace)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list agent pods in namespace %q: %w", ns, err)
+	}
+	var nodes []string
+	for _, p := range list.Items {
+		if p.Spec.NodeName != "" {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+	}
+	sort.Strings(nodes)
+	return nodes, nil
 }

@@ -58,6 +58,16 @@ func newDiagCommand() *cobra.Command {
 			return plugin.ExitError{Code: code}
 		},
 	}
+	cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		nodes, err := plugin.AgentNodes(cmd.Context(), &k, r.Selector)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		return nodes, cobra.ShellCompDirectiveNoFileComp
+	}
 	f := cmd.Flags()
 	k.Bind(f, "namespace of the agent's DaemonSet; default the kubeconfig context's, else "+plugin.DefaultNamespace)
 	f.StringVarP(&r.Selector, "selector", "l", r.Selector, "labels of the agent pods")
