@@ -26,7 +26,7 @@ func newDiagCommand() *cobra.Command {
 		Short: "Explain the hotplug volumes of the VMIs on this node (read-only)",
 		Long: "diag explains every hotplug volume of the VMIs on this node, from the VMI status down to the\n" +
 			"kernel's mount table, with a verdict and a hint. It changes nothing.\n" +
-			"Exit status: 0 all ok, 1 problems found, 2 could not run.",
+			"Exit status: 0 all ok, 1 problems found, 2 could not run (a usage or flag error, too).",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.VMIs = args
 			if code := runDiag(cmd, opts, api, output); code != diag.ExitOK {
