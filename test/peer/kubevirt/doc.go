@@ -13,6 +13,8 @@
 //     hierarchy, where KubeVirt picks its v2 manager. runc's own device
 //     program stands for the runtime's; the rule is compared by what a
 //     process of the compute container's cgroup may open and mknod.
+//     cgroupv2_coexist_linux_test.go shows KubeVirt's program replacing
+//     the one that carries hpmount's rule there.
 //   - known_linux_test.go reproduces kubevirt#16520, #16532 and #17882
 //     with KubeVirt's code and runs hpmount in the same situation.
 //   - migrated_linux_test.go measures what each does while a hotplugged
