@@ -13,21 +13,30 @@ import (
 	"fmt"
 	"os"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/outcome"
 )
 
 // Request is what the peer test asks for.
 type Request struct {
-	// Op is "attach" (the default), "grow" or "detach" (what the agent
+	// Op is "attach" (the default), "grow", "detach" (what the agent
 	// does to a launcher that must hold nothing: every observed volume of
-	// the request's launchers whose name is in the request is detached).
-	Op          string `json:"op"`
-	KubeletRoot string `json:"kubeletRoot"`
-	CgroupRoot  string `json:"cgroupRoot"`
+	// the request's launchers whose name is in the request is detached) or
+	// "sync" (the agent's pass over its launchers: attach every volume of
+	// the request, then detach every observed volume of the request's
+	// launchers and of Launchers that the request does not hold).
+	Op string `json:"op"`
+	// Launchers are launchers to sync that hold no desired volume (a VMI
+	// gone, a migration source done); op sync only.
+	Launchers   []types.UID `json:"launchers"`
+	KubeletRoot string      `json:"kubeletRoot"`
+	CgroupRoot  string      `json:"cgroupRoot"`
 	// CgroupMode is blockdev's mode; empty is v1.
 	CgroupMode  blockdev.CgroupMode   `json:"cgroupMode"`
 	LauncherDir string                `json:"launcherDir"`
@@ -73,6 +82,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if req.Op == "sync" {
+		out, err := syncAll(ctx, e, snap, req.Volumes, req.Launchers)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(out)
+	}
 	if req.Op == "detach" {
 		out, err := detach(ctx, e, snap, req.Volumes)
 		if err != nil {
@@ -90,6 +106,10 @@ func run() error {
 			r, err = e.Attach(ctx, snap, v)
 			res = Result{Name: v.Name, Outcome: string(r)}
 		case "grow":
+			if v.Mode == kubevirt.Directory {
+				// The agent's plan grows file and block volumes only.
+				continue
+			}
 			var g agent.GrowResult
 			g, err = e.Grow(ctx, snap, v)
 			res = Result{Name: v.Name, Outcome: "checked", Grow: &g}
@@ -118,6 +138,68 @@ func detach(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []age
 			}
 			r, err := e.Detach(ctx, snap, v.LauncherUID, o)
 			res := Result{Name: v.Name, Outcome: string(r)}
+			if err != nil {
+				res.Error = err.Error()
+			}
+			out = append(out, res)
+		}
+	}
+	return out, nil
+}
+
+// syncAll is one pass of the agent over vols' launchers and launchers:
+// it observes each launcher, attaches every desired volume that is not
+// observed healthy (as the agent's plan does: a healthy one is left
+// alone), then detaches every observed volume that is not desired. The
+// detach pass takes a fresh snapshot, as the agent's next pass would.
+func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume, launchers []types.UID) ([]Result, error) {
+	var out []Result
+	want := map[types.UID]map[string]bool{}
+	for _, l := range launchers {
+		want[l] = map[string]bool{}
+	}
+	healthy := map[types.UID]map[string]bool{}
+	for _, v := range vols {
+		if want[v.LauncherUID] == nil {
+			want[v.LauncherUID] = map[string]bool{}
+		}
+		want[v.LauncherUID][v.Name] = true
+		if healthy[v.LauncherUID] == nil {
+			observed, err := e.Observe(ctx, snap, v.LauncherUID)
+			if err != nil {
+				return nil, err
+			}
+			healthy[v.LauncherUID] = map[string]bool{}
+			for _, o := range observed {
+				healthy[v.LauncherUID][o.Name] = o.Healthy(o.Mode)
+			}
+		}
+		if healthy[v.LauncherUID][v.Name] {
+			out = append(out, Result{Name: v.Name, Outcome: "healthy"})
+			continue
+		}
+		r, err := e.Attach(ctx, snap, v)
+		res := Result{Name: v.Name, Outcome: string(r)}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		out = append(out, res)
+	}
+	snap, err := e.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for l, names := range want {
+		observed, err := e.Observe(ctx, snap, l)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range observed {
+			if names[o.Name] {
+				continue
+			}
+			r, err := e.Detach(ctx, snap, l, o)
+			res := Result{Name: o.Name, Outcome: "detach " + string(r)}
 			if err != nil {
 				res.Error = err.Error()
 			}
