@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -38,9 +39,13 @@ type Request struct {
 	KubeletRoot string      `json:"kubeletRoot"`
 	CgroupRoot  string      `json:"cgroupRoot"`
 	// CgroupMode is blockdev's mode; empty is v1.
-	CgroupMode  blockdev.CgroupMode   `json:"cgroupMode"`
-	LauncherDir string                `json:"launcherDir"`
-	Volumes     []agent.DesiredVolume `json:"volumes"`
+	CgroupMode  blockdev.CgroupMode `json:"cgroupMode"`
+	LauncherDir string              `json:"launcherDir"`
+	// Pause is a FIFO that hpmountside reads to its end after its look
+	// (the snapshot; for op sync also the observation of the launchers)
+	// and before it acts, so that a test can change the node between.
+	Pause   string                `json:"pause"`
+	Volumes []agent.DesiredVolume `json:"volumes"`
 }
 
 // Result is one volume's outcome.
@@ -82,12 +87,21 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	pause := func() error {
+		if req.Pause == "" {
+			return nil
+		}
+		return waitFIFO(req.Pause)
+	}
 	if req.Op == "sync" {
-		out, err := syncAll(ctx, e, snap, req.Volumes, req.Launchers)
+		out, err := syncAll(ctx, e, snap, req.Volumes, req.Launchers, pause)
 		if err != nil {
 			return err
 		}
 		return json.NewEncoder(os.Stdout).Encode(out)
+	}
+	if err := pause(); err != nil {
+		return err
 	}
 	if req.Op == "detach" {
 		out, err := detach(ctx, e, snap, req.Volumes)
@@ -152,7 +166,7 @@ func detach(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []age
 // observed healthy (as the agent's plan does: a healthy one is left
 // alone), then detaches every observed volume that is not desired. The
 // detach pass takes a fresh snapshot, as the agent's next pass would.
-func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume, launchers []types.UID) ([]Result, error) {
+func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume, launchers []types.UID, pause func() error) ([]Result, error) {
 	var out []Result
 	want := map[types.UID]map[string]bool{}
 	for _, l := range launchers {
@@ -160,20 +174,26 @@ func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []ag
 	}
 	healthy := map[types.UID]map[string]bool{}
 	for _, v := range vols {
+		if healthy[v.LauncherUID] != nil {
+			continue
+		}
+		observed, err := e.Observe(ctx, snap, v.LauncherUID)
+		if err != nil {
+			return nil, err
+		}
+		healthy[v.LauncherUID] = map[string]bool{}
+		for _, o := range observed {
+			healthy[v.LauncherUID][o.Name] = o.Healthy(o.Mode)
+		}
+	}
+	if err := pause(); err != nil {
+		return nil, err
+	}
+	for _, v := range vols {
 		if want[v.LauncherUID] == nil {
 			want[v.LauncherUID] = map[string]bool{}
 		}
 		want[v.LauncherUID][v.Name] = true
-		if healthy[v.LauncherUID] == nil {
-			observed, err := e.Observe(ctx, snap, v.LauncherUID)
-			if err != nil {
-				return nil, err
-			}
-			healthy[v.LauncherUID] = map[string]bool{}
-			for _, o := range observed {
-				healthy[v.LauncherUID][o.Name] = o.Healthy(o.Mode)
-			}
-		}
 		if healthy[v.LauncherUID][v.Name] {
 			out = append(out, Result{Name: v.Name, Outcome: "healthy"})
 			continue
@@ -207,4 +227,16 @@ func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []ag
 		}
 	}
 	return out, nil
+}
+
+// waitFIFO blocks until the FIFO at path has a writer and that writer has
+// closed it.
+func waitFIFO(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("pause: %w", err)
+	}
+	defer f.Close()
+	_, err = io.Copy(io.Discard, f)
+	return err
 }

@@ -151,19 +151,41 @@ func (n *coNode) activeLaunchers() []types.UID {
 // strace to count its changing syscalls. It returns each volume's outcome.
 func (n *coNode) hpmountSync(t *testing.T, op string) map[string]string {
 	t.Helper()
+	return n.hpmountPaused(t, op, nil)
+}
+
+// hpmountPaused is hpmountSync with between run after hpmount took its
+// snapshot and before it acts on it (when between is not nil).
+func (n *coNode) hpmountPaused(t *testing.T, op string, between func()) map[string]string {
+	t.Helper()
 	req := map[string]any{"op": op, "kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot,
 		"launcherDir": launcherView, "volumes": n.desired(), "launchers": n.gone}
+	fifo := filepath.Join(n.stateDir, "pause")
+	if between != nil {
+		_ = os.Remove(fifo)
+		must(t, unix.Mkfifo(fifo, 0o600))
+		req["pause"] = fifo
+	}
 	in, err := json.Marshal(req)
 	must(t, err)
 	trace := filepath.Join(n.stateDir, "strace.out")
 	cmd := exec.Command("strace", "-f", "-qq", "-o", trace, "-e", "trace="+changingSyscalls, n.bin)
 	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	must(t, cmd.Start())
+	if between != nil {
+		// Opening the FIFO returns once hpmountside has its snapshot
+		// and waits on it; closing it lets hpmountside go on.
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		must(t, err)
+		between()
+		must(t, w.Close())
+	}
+	if err := cmd.Wait(); err != nil {
 		t.Fatalf("hpmountside %s: %v: %s", op, err, stderr.String())
 	}
+	out := stdout.Bytes()
 	c := countTraced(t, trace)
 	n.hpSyscalls += c
 	if c > 0 {
