@@ -14,7 +14,7 @@ import (
 // lists where those differ).
 func TestCoexistenceOneHotplug(t *testing.T) {
 	testutil.RequiresRoot(t)
-	bin := buildHpmountSide(t)
+	bin := hpmountSideBin(t)
 	vols := []peerVolume{
 		{name: "fs-ext4", mode: kubevirt.Filesystem, fstype: "ext4"},
 		{name: "blk", mode: kubevirt.Block},

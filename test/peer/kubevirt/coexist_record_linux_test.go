@@ -44,7 +44,10 @@ func (n *coNode) kvRecord(t *testing.T) string {
 // the same way on every later sync of the VMI, until the VMI is deleted
 // (UnmountAll skips a gone target). The node itself is right: hpmount
 // removed what left the spec, and the volume that stays is untouched.
-// With KubeVirt's sync first (the other subtest) nothing fails.
+// With KubeVirt's sync first (the other subtest) nothing fails. On a live
+// VMI, an empty regular file at each gone recorded target lets
+// virt-handler's next Unmount through (it drops the entry), after which
+// the files can go.
 func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 	testutil.RequiresRoot(t)
 	for _, hpmountDetachesFirst := range []bool{true, false} {
@@ -78,6 +81,27 @@ func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 				if endless != hpmountDetachesFirst {
 					t.Errorf("KubeVirt's sync %d: %v; want it to fail on the gone target: %v", i, err, hpmountDetachesFirst)
 				}
+			}
+			if hpmountDetachesFirst {
+				// The way out on a live VMI: an empty regular file at
+				// each recorded target that is gone. virt-handler's
+				// next Unmount finds it unmounted, drops it from its
+				// record and succeeds; the files are then removed.
+				var made []string
+				for _, v := range []string{"ext", "blk"} {
+					p := targetPath(n.launcher, n.volume(v))
+					must(t, os.WriteFile(p, nil, 0o600))
+					made = append(made, p)
+				}
+				err := n.kubeVirtSync()
+				t.Logf("KubeVirt's sync with empty files at the gone targets: %v; record %s", err, n.kvRecord(t))
+				if err != nil || strings.Contains(n.kvRecord(t), "ext.img") {
+					t.Errorf("the empty files did not let KubeVirt's Unmount through: %v", err)
+				}
+				for _, p := range made {
+					must(t, os.Remove(p))
+				}
+				must(t, n.kubeVirtSync())
 			}
 			// The VMI is deleted: UnmountAll skips the gone target and
 			// drops the record; hpmount removes the rest.
