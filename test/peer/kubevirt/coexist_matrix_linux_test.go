@@ -31,6 +31,12 @@ type coStep struct {
 	// mounts is how many mounts the step adds or removes in the node's
 	// table: the bound on its changing syscalls that the table shows.
 	mounts int
+	// targets is how many targets (any kind, any launcher) the step
+	// adds or removes: hpmount's changing syscalls are at most three
+	// per target (a bind is open_tree, mount_setattr and move_mount;
+	// a removal umount2 and unlinkat; a node mknodat), whichever
+	// mounter goes first.
+	targets int
 	// check checks more after the step.
 	check func(t *testing.T, n *coNode)
 }
@@ -112,8 +118,8 @@ func TestCoexistenceMatrix(t *testing.T) {
 func matrixSteps() []coStep {
 	var fsBefore int64
 	return []coStep{
-		{name: "hotplug", mounts: 3},
-		{name: "unplug ext, blk", mounts: 1, change: func(t *testing.T, n *coNode) {
+		{name: "hotplug", mounts: 3, targets: 4},
+		{name: "unplug ext, blk", mounts: 1, targets: 2, change: func(t *testing.T, n *coNode) {
 			n.vols = n.vols[:0:0]
 			for _, v := range []string{"fs", "dump"} {
 				n.vols = append(n.vols, n.volume(v))
@@ -147,20 +153,20 @@ func matrixSteps() []coStep {
 			},
 			check: func(t *testing.T, n *coNode) { checkGrown(t, n, fsBefore, 3*testutil.MinXFSSize) }},
 		{name: "both restarted", change: func(t *testing.T, n *coNode) { n.restartKubeVirt() }},
-		{name: "migration target on the node", mounts: 2, change: func(t *testing.T, n *coNode) {
+		{name: "migration target on the node", mounts: 2, targets: 2, change: func(t *testing.T, n *coNode) {
 			target := types.UID(n.prefix + "-launcher2")
 			n.addLauncher(t, target)
 			attach := types.UID(n.prefix + "-attach3")
 			n.addAttachPod(t, attach)
 			n.attachPodOf[target], n.migration = attach, target
 		}},
-		{name: "migration done", mounts: 2, change: func(t *testing.T, n *coNode) {
+		{name: "migration done", mounts: 2, targets: 2, change: func(t *testing.T, n *coNode) {
 			src, dst := n.launcher, n.migration
 			n.gone = append(n.gone, src)
 			n.launcher, n.launcherPod, n.attach, n.migration = dst, n.launchers[dst], n.attachPodOf[dst], ""
 			n.computeCgroup = filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(dst), n.computeID(dst))
 		}},
-		{name: "VMI deleted", mounts: 2,
+		{name: "VMI deleted", mounts: 2, targets: 2,
 			change: func(t *testing.T, n *coNode) {
 				n.gone = append(n.gone, n.launcher)
 				n.deleted = true
@@ -205,6 +211,9 @@ func runCoStep(t *testing.T, n *coNode, st coStep, order string) coRow {
 	row.hpSyscalls = n.hpSyscalls - syscalls0
 	if row.hpSyscalls > 0 {
 		t.Logf("%s, %s: hpmount's changing syscalls:\n%s", st.name, order, n.traced[len(n.traced)-1])
+	}
+	if row.hpSyscalls > 3*st.targets {
+		t.Errorf("%s, %s: hpmount made %d changing syscalls for %d targets, want at most %d", st.name, order, row.hpSyscalls, st.targets, 3*st.targets)
 	}
 	if st.check != nil {
 		st.check(t, n)
