@@ -8,14 +8,6 @@ import (
 	"testing"
 )
 
-// repoRoot is the repository, two levels above this package.
-const repoRoot = "../.."
-
-const (
-	maxCellChars = 300
-	maxItemLines = 10
-)
-
 // TestReadmeShape fails on a README table cell or list item too long to
 // read as a guide: such reference belongs in docs/.
 func TestReadmeShape(t *testing.T) {

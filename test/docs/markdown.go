@@ -8,6 +8,15 @@ import (
 	"strings"
 )
 
+// repoRoot is the repository, two levels above this package.
+const repoRoot = "../.."
+
+// The README's shape: longer reference belongs in docs/.
+const (
+	maxCellChars = 300
+	maxItemLines = 10
+)
+
 // proseLines returns text's lines with fenced code blocks blanked out, so
 // that what a code block shows is never read as a table, list or link.
 func proseLines(text string) []string {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,8 +97,13 @@ func Build(ctx context.Context, opts Options) ([]string, error) {
 			if err := writeSBOM(path, opts); err != nil {
 				return nil, err
 			}
-			if c == Agent {
+			switch c {
+			case Agent:
 				agents[p] = path
+			case Plugin:
+				if err := writeKrewArchive(opts, path, p); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -107,7 +113,16 @@ func Build(ctx context.Context, opts Options) ([]string, error) {
 	if _, err := ChartRepo(filepath.Join(opts.RepoDir, "deploy"), filepath.Join(opts.OutDir, ChartRepoDir), opts.Version, opts.Date); err != nil {
 		return nil, err
 	}
-	return writeSums(opts.OutDir)
+	files, err := writeSums(opts.OutDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKrewManifest(opts); err != nil {
+		return nil, err
+	}
+	files = append(files, KrewManifestName)
+	slices.Sort(files)
+	return files, nil
 }
 
 // Folders of the release.

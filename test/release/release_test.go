@@ -115,10 +115,12 @@ func checkContents(t *testing.T, dist string, files []string, opts Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	want = append(want, KrewManifestName)
 	for _, p := range Platforms {
 		for _, c := range cmds {
 			want = append(want, BinaryName(c, p), BinaryName(c, p)+SBOMSuffix)
 		}
+		want = append(want, krewArchiveName(p))
 	}
 	for _, w := range want {
 		if !have[w] {
@@ -132,9 +134,15 @@ func checkSums(t *testing.T, dist string, files []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	manifest, err := os.ReadFile(filepath.Join(dist, KrewManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	if len(lines) != len(files)-1 {
-		t.Fatalf("%s has %d lines for %d files", SumsName, len(lines), len(files)-1)
+	// Every file but the sums themselves and the krew manifest, which
+	// holds sums.
+	if len(lines) != len(files)-2 {
+		t.Fatalf("%s has %d lines for %d files", SumsName, len(lines), len(files)-2)
 	}
 	for _, l := range lines {
 		sum, name, ok := strings.Cut(l, "  ")
@@ -144,6 +152,9 @@ func checkSums(t *testing.T, dist string, files []string) {
 		got, err := fileSHA256(filepath.Join(dist, name))
 		if err != nil || got != sum {
 			t.Errorf("%s: %s says %s, the file is %s (%v)", name, SumsName, sum, got, err)
+		}
+		if strings.HasSuffix(name, ".tar.gz") && !strings.Contains(string(manifest), "sha256: "+sum) {
+			t.Errorf("%s does not give %s's sha256 %s", KrewManifestName, name, sum)
 		}
 	}
 }
