@@ -21,7 +21,11 @@
 //   - chart/: the Helm chart repository of deploy/chart (the .tgz and
 //     index.yaml), its version and appVersion set from the release version,
 //     with fixed times in the archive and the index;
-//   - SHA256SUMS over every file above, in sha256sum's format.
+//   - kubectl-hpmount-linux-<arch>.tar.gz: the plugin and the LICENSE, as
+//     krew installs them;
+//   - SHA256SUMS over every file above, in sha256sum's format;
+//   - hpmount.yaml: the krew manifest (plugins/krew/hpmount.yaml) with the
+//     version and each archive's sha256 from SHA256SUMS.
 //
 // Times come from the commit (SOURCE_DATE_EPOCH), never the clock.
 //
