@@ -1,3 +1,6 @@
+# Copyright The hpmount Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # hpmount — see README.md. Everything here runs as root on a Linux node-like
 # machine: the tests make real mounts, loop devices and cgroups.
 SHELL := /bin/bash

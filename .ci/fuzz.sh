@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright The hpmount Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Fuzzes each target of the Makefile's FUZZ_TARGETS (package:Target:execs).
 #
 #   fuzz.sh --count TARGET...        each target for its own execution count

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright The hpmount Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # Installs what the tests and the demo need and this machine lacks. Safe to
 # run again: it only calls apt-get when a command is missing.
 set -euo pipefail

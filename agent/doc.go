@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent is the control loop of hpmount: it watches the
 // VirtualMachineInstances scheduled to this node and the pods on this node,
 // computes for every VMI the hotplug volumes its virt-launcher pod should

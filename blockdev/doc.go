@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package blockdev owns block-mode hotplug volumes on the node: the
 // major:minor of the device the CSI driver published for the attachment pod
 // (found where kubelet.OpenPublishedDevice says, checked to be a block

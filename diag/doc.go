@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package diag is the library behind `hpmount diag`: a read-only, findmnt-
 // style explanation of every hotplug volume of the VMIs on one node, from
 // the VMI status down to the kernel's mount table.

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package isolation crosses into other namespaces and paths safely.
 //
 // Everything beneath a pod's directories, and everything inside a PVC, can be

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubelet owns every fact hpmount relies on about the kubelet's
 // directory tree under its root directory (--root-dir, /var/lib/kubelet by
 // default):

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubevirt is hpmount's model of the KubeVirt objects it reads and
 // the ownership rules it applies to them, shared by the agent and diag so
 // that both judge a volume the same way:

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics owns hpmount's Prometheus collectors and the /metrics
 // handler. Metrics implements agent.Observer: the agent reports what it does
 // (engine calls, reconciles, mount-table scans, volume states, sizes found by

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package mount owns filesystem-mode hotplug volumes: validating a PVC's
 // disk.img, bind-mounting it onto its target file in the launcher's
 // hotplug-disks directory and unmounting it.

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package mountinfo owns reading the kernel's mount table: the parser of
 // /proc/<pid>/mountinfo text (Parse, ParseLenient, on any io.Reader) and
 // Table, one scan indexed by mount id, mount point (bottom of a stack

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package node is the real engine behind the agent's Engine interface:
 // everything the agent asks of the node, done in the host's mount
 // namespace by the packages that own each part.

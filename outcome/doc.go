@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outcome is hpmount's one vocabulary for what a node operation
 // did: the operations (Op) the agent plans and the results (Result) they
 // end in. mount and blockdev return a Result, the agent reports Op and

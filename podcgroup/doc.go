@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package podcgroup owns finding a pod's cgroups on the node: the pod-level
 // cgroup the kubelet made for a pod UID (cgroupfs or systemd naming, below
 // any --cgroup-root), every cgroup below it, the cgroup of one container of

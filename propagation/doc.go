@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package propagation checks the mount propagation that hotplug relies on and
 // explains, with the fix, what is wrong when it is missing.
 //

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package storage is diag's reading of the storage side of a volume: what
 // attaches its PV to the node, below the kubelet. That is the
 // storage.k8s.io VolumeAttachment the attach/detach controller and the CSI

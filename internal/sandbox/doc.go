@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sandbox holds the few primitives every root test, the simulated
 // node, the demo and the scale harness share, once, error-returning:
 // re-running the program in a private mount namespace, a launcher-like

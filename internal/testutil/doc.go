@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testutil holds what the root tests of every package share: the
 // requiresRoot rule, a private mount namespace for the whole test binary,
 // loop devices with real ext4 and xfs filesystems, and launcher-like

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubevirttest builds KubeVirt objects for unit tests: a VMI
 // default/vm1 on node1 with its launcher pod and attachment pod, each
 // changeable by the test. It exists so that the agent, kubevirt and diag

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command chartgen writes the Helm chart in deploy/chart from the kustomize
 // render of deploy/ (test/manifests.GenerateChart): `go run ./test/chartgen`
 // after any change under deploy/. test/manifests fails while the checked-in

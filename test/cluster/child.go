@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cluster
 
 // Child is a program started like etcd and kube-apiserver (forked from the

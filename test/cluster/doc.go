@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cluster runs a real, minimal Kubernetes control plane for the
 // end-to-end tests: an etcd and a kube-apiserver built from upstream sources
 // (test/tools/build.sh) and started as child processes on loopback, each with

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package crds embeds the CustomResourceDefinitions that the end-to-end
 // harness installs into its control plane. The KubeVirt Go modules are not
 // available to this project, so the definitions are written here by hand and

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package csiplugin is a small CSI node plugin written for the real-node
 // tests (issue #12): driver csi.hpmount.test, backed by loop devices over
 // files the test creates. The kubelet under test stages, publishes,

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command demo is `make demo`: a narrated walk-through of hpmount on a
 // simulated node, and a smoke test of the built binary.
 //

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package docs holds the project's Markdown to its own shape: the README
 // stays a guide (no table cell over 300 characters, no list item over 10
 // lines; long reference lives in docs/), and every relative link between

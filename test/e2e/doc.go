@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e runs the agent binary end to end: a real kube-apiserver and
 // etcd (test/cluster), the agent's ClusterRole from deploy/ bound to a
 // ServiceAccount token, and a simulated node (test/simnode) with real ext4

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package harness is the one end-to-end harness of hpmount, shared by the
 // end-to-end tests (test/e2e, which wrap it with t.Fatal), the demo
 // (test/demo, which narrates around it) and the scale harness: the agent

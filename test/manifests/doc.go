@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package manifests renders and checks the kustomize base in deploy/.
 //
 // It owns Render (kustomize's Go API, krusty, reading only the local folder,

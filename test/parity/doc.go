@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package parity holds the test that keeps diag honest: for the same API
 // objects and the same kubelet tree, `hpmount diag` reports a volume as
 // refused exactly when the agent refuses it, with the same reason code.

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package qemu runs a real QEMU the way virt-launcher does for the tests of
 // issue 21: a q35 machine under TCG with no guest and stopped vCPUs (-S),
 // one pcie-root-port per hotplug slot, and a QMP client that plugs disks

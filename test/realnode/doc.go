@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package realnode runs hpmount against a real node: the upstream kubelet,
 // containerd and runc, the CNI plugins and a CSI node plugin, started by the
 // test process inside its private mount namespace, with pods that really

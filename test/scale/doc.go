@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command scale is the node-scale harness behind `make bench-node`: a real
 // kube-apiserver and etcd, a simulated node with N VMIs × M hotplug volumes
 // (a mix of filesystem and block) and thousands of unrelated mounts, and

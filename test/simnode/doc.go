@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package simnode simulates the node side of a KubeVirt cluster for the
 // end-to-end tests and the demo: a kubelet root with the layout the kubelet
 // and a CSI driver leave (filesystem volumes mounted at the CSI publish path

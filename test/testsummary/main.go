@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command testsummary reads `go test -json` and prints failures, skips and a
 // closing line "N passed, N failed, N skipped". It exits non-zero when any
 // test failed, any package failed to build, or any test was skipped: every

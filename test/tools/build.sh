@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright The hpmount Authors.
+# SPDX-License-Identifier: Apache-2.0
+
 # build.sh builds the upstream binaries the end-to-end harness runs (etcd,
 # kube-apiserver, and the real node's kubelet) from the tool modules next to
 # this script, into a cache dir: $HPMOUNT_TOOLS_DIR, default

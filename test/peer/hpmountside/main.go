@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command hpmountside is hpmount's half of the KubeVirt peer test
 // (test/peer/kubevirt): it attaches (or grows) the volumes it reads as JSON
 // on stdin with the real node engine (node.New, Snapshot, then Attach or

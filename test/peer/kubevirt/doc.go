@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package peer runs KubeVirt v1.7.0's own code against hpmount's (issue 20).
 //
 //   - vmi_linux_test.go builds VMIs with kubevirt.io/api@v1.7.0's types and

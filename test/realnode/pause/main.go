@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command pause is the real node's sandbox image: PID 1 of every pod, which
 // reaps the children the kernel gives it and exits on SIGTERM or SIGINT. It
 // is built static (CGO_ENABLED=0) and packed by test/realnode, so the node

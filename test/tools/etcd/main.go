@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command etcd builds the upstream etcd server for the end-to-end harness.
 package main
 

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kubelet builds the upstream kubelet for the real-node tests
 // (test/realnode); it is a separate module so the agent's own go.mod stays
 // small. build.sh stamps its version through -ldflags, or it would report

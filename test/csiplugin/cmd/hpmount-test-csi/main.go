@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command hpmount-test-csi runs the test CSI node plugin (package
 // test/csiplugin) as its own process, as the real node of the tests
 // starts it:

@@ -1,3 +1,6 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command realnode runs the real node of test/realnode for a person to poke
 // at by hand (make node-up, make node-down): a control plane, containerd,
 // the kubelet, the CNI bridge and the test CSI plugin, and, if asked, the
