@@ -28,6 +28,8 @@ check ctr containerd
 check runc runc
 check ip iproute2
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+# Shells whose completion scripts cmd/hpmount's tests parse (bash is there).
+check zsh zsh
 # A C compiler: test/harness TestCheckStatic builds a dynamically linked
 # binary (cgo) to show the real-node harness refuses one.
 check gcc gcc

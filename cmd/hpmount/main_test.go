@@ -53,32 +53,36 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
-// TestCompletionScripts: cobra's `completion` command prints scripts the
-// shells parse; bash's is checked with bash -n (zsh and fish when
-// installed).
+// TestCompletionScripts: cobra's `completion` command prints a script for
+// each shell; bash's and zsh's (both installed by make deps) must parse
+// with -n. fish and powershell are not on the node images operators use
+// here, so their scripts are only checked to be for this command.
 func TestCompletionScripts(t *testing.T) {
-	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
-		t.Run(shell, func(t *testing.T) {
+	for _, tc := range []struct {
+		shell string
+		parse bool
+	}{{"bash", true}, {"zsh", true}, {"fish", false}, {"powershell", false}} {
+		t.Run(tc.shell, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			if code := plugin.Execute(context.Background(), newRootCommand(), []string{"completion", shell}, &out, &errOut); code != 0 || out.Len() == 0 {
-				t.Fatalf("completion %s: exit %d, %d bytes, stderr %q", shell, code, out.Len(), errOut.String())
+			if code := plugin.Execute(context.Background(), newRootCommand(), []string{"completion", tc.shell}, &out, &errOut); code != 0 || out.Len() == 0 {
+				t.Fatalf("completion %s: exit %d, %d bytes, stderr %q", tc.shell, code, out.Len(), errOut.String())
 			}
-			if shell == "powershell" {
+			if !bytes.Contains(out.Bytes(), []byte("hpmount")) {
+				t.Errorf("completion %s does not name hpmount", tc.shell)
+			}
+			if !tc.parse {
 				return
 			}
-			sh, err := exec.LookPath(shell)
+			sh, err := exec.LookPath(tc.shell)
 			if err != nil {
-				if shell == "bash" {
-					t.Fatal(err)
-				}
-				t.Skipf("%s not installed", shell)
+				t.Fatalf("%v (make deps installs it)", err)
 			}
-			path := filepath.Join(t.TempDir(), "hpmount."+shell)
+			path := filepath.Join(t.TempDir(), "hpmount."+tc.shell)
 			if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			if b, err := exec.Command(sh, "-n", path).CombinedOutput(); err != nil {
-				t.Errorf("%s -n %s: %v\n%s", shell, path, err, b)
+				t.Errorf("%s -n %s: %v\n%s", tc.shell, path, err, b)
 			}
 		})
 	}
