@@ -17,6 +17,14 @@
 //   - Refusal and its reason codes, which are the reason label of
 //     hpmount_refusals_total and of diag's refused verdict.
 //
+// The files follow one reconcile's path, so that it enters each only a
+// few times: vmi.go is the object model (VMI, its status, DecodeVMI);
+// launcher.go chooses and checks the launcher, with the node's part in a
+// migration it reads (MigrationOf, ForLauncher); volumes.go judges the
+// hotplug volumes, with the spec and status accessors, the attachment pod
+// check and the compute container; owners.go holds Refusal, its reasons
+// and CheckVolumeName, and PodLookup.
+//
 // The kubevirt.io Go modules are not used: the fields are defined here and
 // checked against KubeVirt's sources (see ARCHITECTURE.md).
 //

@@ -6,7 +6,6 @@ package kubevirt
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,7 +96,7 @@ type VMIStatus struct {
 	NodeName     string               `json:"nodeName,omitempty"`
 	ActivePods   map[types.UID]string `json:"activePods,omitempty"`
 	VolumeStatus []VolumeStatus       `json:"volumeStatus,omitempty"`
-	// MigrationState is the VMI's last live migration (migration.go).
+	// MigrationState is the VMI's last live migration (MigrationOf reads it).
 	MigrationState *MigrationState `json:"migrationState,omitempty"`
 }
 
@@ -149,92 +148,20 @@ func DecodeVMI(u *unstructured.Unstructured) (vmi *VMI, err error) {
 	return out, nil
 }
 
-// Hotpluggable reports whether the volume is hotpluggable and the claim
-// that backs it.
-func (v Volume) Hotpluggable() (claim string, ok bool) {
-	switch {
-	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable:
-		return v.PersistentVolumeClaim.ClaimName, true
-	case v.DataVolume != nil && v.DataVolume.Hotpluggable:
-		return v.DataVolume.Name, true
-	case v.MemoryDump != nil && v.MemoryDump.Hotpluggable:
-		return v.MemoryDump.ClaimName, true
-	}
-	return "", false
-}
-
-// VolumeStatusByName returns the status entry of a volume, or nil.
-func (s *VMIStatus) VolumeStatusByName(name string) *VolumeStatus {
-	for i := range s.VolumeStatus {
-		if s.VolumeStatus[i].Name == name {
-			return &s.VolumeStatus[i]
-		}
-	}
-	return nil
-}
-
-// HasVolume reports whether spec.volumes or spec.utilityVolumes names the
-// volume: while it does, nothing of it is detached.
-func (s *VMISpec) HasVolume(name string) bool {
-	for _, v := range s.Volumes {
-		if v.Name == name {
-			return true
-		}
-	}
-	for _, u := range s.UtilityVolumes {
-		if u.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// Mode is the volume mode, Filesystem when KubeVirt left it empty.
-func (i *PersistentVolumeClaimInfo) Mode() VolumeMode {
-	if i == nil || i.VolumeMode == "" {
-		return Filesystem
-	}
-	return VolumeMode(i.VolumeMode)
-}
-
-// CapacityBytes is the size the claim is meant to have: the larger of
-// capacity.storage and requests.storage, 0 when both are unknown. Requests
-// count because of the very case hpmount exists for: once the attachment
-// pod was replaced, NodeExpandVolume never runs, so the PVC's
-// status.capacity can stay at the old size while the user's request (and
-// the device) grew.
-func (i *PersistentVolumeClaimInfo) CapacityBytes() int64 {
-	if i == nil {
-		return 0
-	}
-	var n int64
-	for _, list := range []corev1.ResourceList{i.Capacity, i.Requests} {
-		if q, ok := list[corev1.ResourceStorage]; ok {
-			n = max(n, q.Value())
-		}
-	}
-	return n
-}
-
-// Overhead parses filesystemOverhead; empty is 0.
-func (i *PersistentVolumeClaimInfo) Overhead() (float64, error) {
-	if i == nil || i.FilesystemOverhead == "" {
-		return 0, nil
-	}
-	f, err := strconv.ParseFloat(i.FilesystemOverhead, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse filesystem overhead %q: %w", i.FilesystemOverhead, err)
-	}
-	if f < 0 || f >= 1 {
-		return 0, fmt.Errorf("filesystem overhead %q is not in [0, 1)", i.FilesystemOverhead)
-	}
-	return f, nil
-}
-
-// Mode is the volume mode of a status entry, Filesystem without one.
-func (s *VolumeStatus) Mode() VolumeMode {
-	if s == nil {
-		return Filesystem
-	}
-	return s.PersistentVolumeClaimInfo.Mode()
+// MigrationState is the part of status.migrationState hpmount reads.
+// virt-controller writes it at the handoff, when the target launcher is
+// ready; virt-handler marks the end (completed, failed, abortStatus).
+type MigrationState struct {
+	MigrationUID types.UID `json:"migrationUid,omitempty"`
+	SourceNode   string    `json:"sourceNode,omitempty"`
+	SourcePod    string    `json:"sourcePod,omitempty"`
+	TargetNode   string    `json:"targetNode,omitempty"`
+	TargetPod    string    `json:"targetPod,omitempty"`
+	// TargetAttachmentPodUID is the attachment pod made for the target
+	// launcher, carrying every hotplug volume; set when the VMI has any.
+	TargetAttachmentPodUID types.UID `json:"targetAttachmentPodUID,omitempty"`
+	Completed              bool      `json:"completed,omitempty"`
+	Failed                 bool      `json:"failed,omitempty"`
+	AbortRequested         bool      `json:"abortRequested,omitempty"`
+	AbortStatus            string    `json:"abortStatus,omitempty"`
 }

@@ -5,8 +5,10 @@ package kubevirt
 
 import (
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubelet"
@@ -221,4 +223,129 @@ func judgeVolume(vmi *VMI, name, claim string, dir bool, launcher *corev1.Pod, p
 		}
 	}
 	return hv
+}
+
+// Hotpluggable reports whether the volume is hotpluggable and the claim
+// that backs it.
+func (v Volume) Hotpluggable() (claim string, ok bool) {
+	switch {
+	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable:
+		return v.PersistentVolumeClaim.ClaimName, true
+	case v.DataVolume != nil && v.DataVolume.Hotpluggable:
+		return v.DataVolume.Name, true
+	case v.MemoryDump != nil && v.MemoryDump.Hotpluggable:
+		return v.MemoryDump.ClaimName, true
+	}
+	return "", false
+}
+
+// VolumeStatusByName returns the status entry of a volume, or nil.
+func (s *VMIStatus) VolumeStatusByName(name string) *VolumeStatus {
+	for i := range s.VolumeStatus {
+		if s.VolumeStatus[i].Name == name {
+			return &s.VolumeStatus[i]
+		}
+	}
+	return nil
+}
+
+// HasVolume reports whether spec.volumes or spec.utilityVolumes names the
+// volume: while it does, nothing of it is detached.
+func (s *VMISpec) HasVolume(name string) bool {
+	for _, v := range s.Volumes {
+		if v.Name == name {
+			return true
+		}
+	}
+	for _, u := range s.UtilityVolumes {
+		if u.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Mode is the volume mode, Filesystem when KubeVirt left it empty.
+func (i *PersistentVolumeClaimInfo) Mode() VolumeMode {
+	if i == nil || i.VolumeMode == "" {
+		return Filesystem
+	}
+	return VolumeMode(i.VolumeMode)
+}
+
+// CapacityBytes is the size the claim is meant to have: the larger of
+// capacity.storage and requests.storage, 0 when both are unknown. Requests
+// count because of the very case hpmount exists for: once the attachment
+// pod was replaced, NodeExpandVolume never runs, so the PVC's
+// status.capacity can stay at the old size while the user's request (and
+// the device) grew.
+func (i *PersistentVolumeClaimInfo) CapacityBytes() int64 {
+	if i == nil {
+		return 0
+	}
+	var n int64
+	for _, list := range []corev1.ResourceList{i.Capacity, i.Requests} {
+		if q, ok := list[corev1.ResourceStorage]; ok {
+			n = max(n, q.Value())
+		}
+	}
+	return n
+}
+
+// Overhead parses filesystemOverhead; empty is 0.
+func (i *PersistentVolumeClaimInfo) Overhead() (float64, error) {
+	if i == nil || i.FilesystemOverhead == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(i.FilesystemOverhead, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse filesystem overhead %q: %w", i.FilesystemOverhead, err)
+	}
+	if f < 0 || f >= 1 {
+		return 0, fmt.Errorf("filesystem overhead %q is not in [0, 1)", i.FilesystemOverhead)
+	}
+	return f, nil
+}
+
+// Mode is the volume mode of a status entry, Filesystem without one.
+func (s *VolumeStatus) Mode() VolumeMode {
+	if s == nil {
+		return Filesystem
+	}
+	return s.PersistentVolumeClaimInfo.Mode()
+}
+
+// CheckAttachmentPod verifies that pod belongs to launcher before any of
+// its paths is used: same namespace, labelled kubevirt.io=hotplug-disk, and
+// controlled by the launcher.
+func CheckAttachmentPod(launcher, pod *corev1.Pod) *Refusal {
+	switch {
+	case pod.Namespace != launcher.Namespace:
+		return refusef(RefusedAttachNamespace, "attachment pod %s/%s is not in the launcher's namespace %q", pod.Namespace, pod.Name, launcher.Namespace)
+	case pod.Labels[LabelApp] != AppHotplugDisk:
+		return refusef(RefusedAttachLabel, "pod %s/%s is not labelled %s=%s", pod.Namespace, pod.Name, LabelApp, AppHotplugDisk)
+	}
+	if owner := metav1.GetControllerOf(pod); owner == nil || owner.UID != launcher.UID {
+		return refusef(RefusedAttachOwner, "attachment pod %s/%s is not controlled by virt-launcher pod %s (uid %s)", pod.Namespace, pod.Name, launcher.Name, launcher.UID)
+	}
+	return nil
+}
+
+// ComputeContainer is the virt-launcher container QEMU runs in
+// (virt-controller's launcher template). Only it is given a block volume's
+// device: the launcher's other containers (guest-console-log, hotplug
+// sidecars) never open the volumes.
+const ComputeContainer = "compute"
+
+// ComputeContainerID returns the ID the pod status gives the launcher's
+// compute container ("containerd://<id>"), or "" while it names none (the
+// container has not been created yet). After a restart it names the new
+// container, whose cgroup is new and carries no device rule yet.
+func ComputeContainerID(launcher *corev1.Pod) string {
+	for _, cs := range launcher.Status.ContainerStatuses {
+		if cs.Name == ComputeContainer {
+			return cs.ContainerID
+		}
+	}
+	return ""
 }

@@ -6,10 +6,13 @@ package kubevirt
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/kubelet"
 )
 
 // KubeVirt's names for a live migration.
@@ -25,24 +28,6 @@ const (
 	// took effect.
 	AbortSucceeded = "Succeeded"
 )
-
-// MigrationState is the part of status.migrationState hpmount reads.
-// virt-controller writes it at the handoff, when the target launcher is
-// ready; virt-handler marks the end (completed, failed, abortStatus).
-type MigrationState struct {
-	MigrationUID types.UID `json:"migrationUid,omitempty"`
-	SourceNode   string    `json:"sourceNode,omitempty"`
-	SourcePod    string    `json:"sourcePod,omitempty"`
-	TargetNode   string    `json:"targetNode,omitempty"`
-	TargetPod    string    `json:"targetPod,omitempty"`
-	// TargetAttachmentPodUID is the attachment pod made for the target
-	// launcher, carrying every hotplug volume; set when the VMI has any.
-	TargetAttachmentPodUID types.UID `json:"targetAttachmentPodUID,omitempty"`
-	Completed              bool      `json:"completed,omitempty"`
-	Failed                 bool      `json:"failed,omitempty"`
-	AbortRequested         bool      `json:"abortRequested,omitempty"`
-	AbortStatus            string    `json:"abortStatus,omitempty"`
-}
 
 // MigrationRole is a node's part in a VMI's migration.
 type MigrationRole string
@@ -284,4 +269,77 @@ func describePods(pods []*corev1.Pod) string {
 		parts = append(parts, fmt.Sprintf("%s (%s)", p.Name, podLiveness(p)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// PodTerminated reports whether all containers of the pod have stopped for
+// good. A terminated launcher runs no QEMU; its mounts must go, or the
+// kubelet cannot tear down its emptyDir and the pod never disappears.
+func PodTerminated(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	// A deleted pod whose containers all stopped: the kubelet is tearing
+	// down its volumes and waits for our mounts to go.
+	if pod.DeletionTimestamp == nil || len(pod.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// FindLauncher is ChooseLauncher for callers that need only the launcher
+// or the refusal: (nil, nil) when no live launcher of the VMI is on node.
+func FindLauncher(vmi *VMI, node string, pods PodLookup) (*corev1.Pod, *Refusal) {
+	c := ChooseLauncher(vmi, node, pods)
+	return c.Launcher, c.Refusal
+}
+
+// activePodsOn lists the UIDs status.activePods places on node, sorted.
+func activePodsOn(vmi *VMI, node string) []types.UID {
+	var uids []types.UID
+	for uid, n := range vmi.Status.ActivePods {
+		if n == node {
+			uids = append(uids, uid)
+		}
+	}
+	slices.Sort(uids)
+	return uids
+}
+
+// ActivePodsOn lists the UIDs of the VMI's active pods on node, sorted.
+func ActivePodsOn(vmi *VMI, node string) []types.UID { return activePodsOn(vmi, node) }
+
+func activePodNodes(vmi *VMI) []string {
+	var nodes []string
+	for _, n := range vmi.Status.ActivePods {
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	sort.Strings(nodes)
+	return nodes
+}
+
+// CheckLauncher verifies that pod is the VMI's virt-launcher on node: on
+// that node, in the VMI's namespace, labelled for the VMI, with the
+// hotplug-disks emptyDir.
+func CheckLauncher(vmi *VMI, node string, pod *corev1.Pod) *Refusal {
+	switch {
+	case pod.Spec.NodeName != node:
+		return refusef(RefusedLauncherNode, "virt-launcher pod %s/%s runs on node %q, not %q", pod.Namespace, pod.Name, pod.Spec.NodeName, node)
+	case pod.Namespace != vmi.Namespace:
+		return refusef(RefusedLauncherNamespace, "virt-launcher pod %s/%s is not in the VMI's namespace %q", pod.Namespace, pod.Name, vmi.Namespace)
+	case pod.Labels[LabelApp] != AppVirtLauncher || pod.Labels[LabelCreatedBy] != string(vmi.UID):
+		return refusef(RefusedLauncherLabels, "pod %s/%s is not labelled %s=%s, %s=%s", pod.Namespace, pod.Name, LabelApp, AppVirtLauncher, LabelCreatedBy, vmi.UID)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == kubelet.HotplugDisksVolume && v.EmptyDir != nil {
+			return nil
+		}
+	}
+	return refusef(RefusedLauncherNoHotplug, "virt-launcher pod %s/%s has no emptyDir volume %q", pod.Namespace, pod.Name, kubelet.HotplugDisksVolume)
 }
