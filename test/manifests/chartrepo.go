@@ -58,7 +58,7 @@ func PackageChart(deployDir, outDir string, now time.Time) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("package chart into %q: %w", outDir, err)
 	}
-	digest, err := fileDigest(archive)
+	digest, err := FileDigest(archive)
 	if err != nil {
 		return "", err
 	}
@@ -75,9 +75,9 @@ func PackageChart(deployDir, outDir string, now time.Time) (string, error) {
 	return archive, nil
 }
 
-// fileDigest is the hex sha256 of a file, the index's digest (helm's
-// provenance.DigestFile).
-func fileDigest(path string) (string, error) {
+// FileDigest is the hex sha256 of a file, the index's digest (helm's
+// provenance.DigestFile); the release's SHA256SUMS uses it too.
+func FileDigest(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

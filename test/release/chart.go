@@ -152,7 +152,7 @@ func reindex(src, dst, archive string) error {
 	if err := readYAML(src, &index); err != nil {
 		return err
 	}
-	digest, err := fileSHA256(archive)
+	digest, err := manifests.FileDigest(archive)
 	if err != nil {
 		return err
 	}

@@ -149,7 +149,7 @@ func checkSums(t *testing.T, dist string, files []string) {
 		if !ok {
 			t.Fatalf("%s line %q: not sha256sum's format", SumsName, l)
 		}
-		got, err := fileSHA256(filepath.Join(dist, name))
+		got, err := manifests.FileDigest(filepath.Join(dist, name))
 		if err != nil || got != sum {
 			t.Errorf("%s: %s says %s, the file is %s (%v)", name, SumsName, sum, got, err)
 		}
@@ -169,7 +169,7 @@ func checkSBOM(t *testing.T, dist, repo string, opts Options) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	sum, _ := fileSHA256(path)
+	sum, _ := manifests.FileDigest(path)
 	mc := doc.Metadata.Component
 	if doc.BOMFormat != "CycloneDX" || mc.Version != opts.Version || len(mc.Hashes) != 1 || mc.Hashes[0].Content != sum {
 		t.Errorf("SBOM metadata: %+v, binary sha256 %s", doc.Metadata, sum)
@@ -221,7 +221,7 @@ func checkChart(t *testing.T, dist string, opts Options) {
 		t.Fatalf("index: %+v", index)
 	}
 	archive := filepath.Join(dist, ChartRepoDir, e[0].URLs[0])
-	sum, err := fileSHA256(archive)
+	sum, err := manifests.FileDigest(archive)
 	if err != nil || sum != e[0].Digest || e[0].AppVersion != opts.Version || "v"+e[0].Version != opts.Version {
 		t.Errorf("index entry %+v; archive sha256 %s (%v)", e[0], sum, err)
 	}

@@ -4,15 +4,14 @@
 package release
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/hpmount/hpmount/test/manifests"
 )
 
 // writeSums writes SHA256SUMS in dir over every regular file below it, in
@@ -24,7 +23,7 @@ func writeSums(dir string) ([]string, error) {
 	}
 	var b strings.Builder
 	for _, f := range files {
-		sum, err := fileSHA256(filepath.Join(dir, f))
+		sum, err := manifests.FileDigest(filepath.Join(dir, f))
 		if err != nil {
 			return nil, err
 		}
@@ -60,17 +59,4 @@ func Files(dir string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("digest %q: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
