@@ -45,7 +45,7 @@ type decision struct {
 	// Abandoned are among them; Held stay as they are (heldForHandoff).
 	Clean, Abandoned, Held []types.UID
 	// Launcher is the launcher to serve, VMI the VMI as it is judged for
-	// it (kubevirt.ForLauncher), Intents its hotplug volumes.
+	// it (kubevirt.Placement.VMI), Intents its hotplug volumes.
 	Launcher *corev1.Pod
 	VMI      *kubevirt.VMI
 	Intents  []volumeIntent
@@ -91,41 +91,37 @@ func decide(w world) decision {
 	vmi := w.VMI
 	d.State = stateFor(w.Remembered, vmi.UID)
 	d.Ref = vmiRef(vmi.Namespace, vmi.Name, vmi.UID, vmi.ResourceVersion)
-	choice := kubevirt.ChooseLauncher(vmi, w.Node, w.Pods)
-	d.Handoff = noteMigration(d.State, choice.Migration, w.Now)
-	if choice.Refusal != nil {
-		d.Events = append(d.Events, refusalEvent("", choice.Refusal))
-	}
-	if choice.Why != "" {
-		d.Events = append(d.Events, event{Type: corev1.EventTypeNormal, Reason: EventLauncherChosen, Message: choice.Why, Once: true})
-	}
-	d.Abandoned = abandonedLaunchers(d.State, vmi, choice, w.Pods)
-	d.Clean = staleLaunchers(d.State, choice.Launcher, d.Abandoned, w.Pods)
-	if choice.Launcher != nil {
-		d.decideLauncher(w, choice.Launcher)
-		return d
-	}
-	if len(d.Clean) == 0 {
-		// No launcher to attach to and nothing to clean.
-		for _, c := range vmi.Spec.HotplugClaims() {
-			d.Pending = append(d.Pending, volumeState{Name: c.Name, Mode: string(vmi.Status.VolumeStatusByName(c.Name).Mode()), State: StatePending})
-		}
-	}
+	d.place(w, kubevirt.Place(vmi, w.Node, w.Pods, slices.Sorted(maps.Keys(d.State.launchers))))
 	return d
 }
 
-// decideLauncher judges the VMI's volumes for the launcher it runs in.
-func (d *decision) decideLauncher(w world, launcher *corev1.Pod) {
-	st := d.State
-	st.launchers[launcher.UID] = true
-	d.ClearRefusal = true
-	d.Launcher = launcher
-	d.VMI = kubevirt.ForLauncher(w.VMI, w.Node, launcher, w.Pods)
-	d.Compute = string(launcher.UID) + " " + kubevirt.ComputeContainerID(launcher)
-	m := st.migration.Migration
-	d.Target = m.Role == kubevirt.RoleTarget && m.Phase == kubevirt.MigrationRunning && m.IsTargetLauncher(d.VMI, launcher)
-	d.WriteStatus = w.ReportVolumeStatus && !d.Target
-	d.Intents = buildIntents(d.VMI, launcher, w.Pods, w.Claims)
+// place turns what the ownership rules say about the VMI on this node into
+// the pass's wants: the migration remembered, the launcher chosen or
+// refused, the launchers to empty, and the volumes' intents.
+func (d *decision) place(w world, p kubevirt.Placement) {
+	d.Handoff = noteMigration(d.State, p.Migration, w.Now)
+	if p.Refusal != nil {
+		d.Events = append(d.Events, refusalEvent("", p.Refusal))
+	}
+	if p.Why != "" {
+		d.Events = append(d.Events, event{Type: corev1.EventTypeNormal, Reason: EventLauncherChosen, Message: p.Why, Once: true})
+	}
+	d.Abandoned = p.AbandonedUIDs
+	d.Clean = staleLaunchers(d.State, p.Launcher, d.Abandoned, w.Pods)
+	if l := p.Launcher; l != nil {
+		d.State.launchers[l.UID] = true
+		d.ClearRefusal, d.Launcher, d.VMI, d.Target = true, l, p.VMI, p.Target
+		d.Compute = string(l.UID) + " " + p.ComputeID
+		d.WriteStatus = w.ReportVolumeStatus && !d.Target
+		d.Intents = buildIntents(p, w.Claims)
+		return
+	}
+	if len(d.Clean) == 0 {
+		// No launcher to attach to and nothing to clean.
+		for _, v := range p.Volumes {
+			d.Pending = append(d.Pending, volumeState{Name: v.Name, Mode: string(v.Mode), State: StatePending})
+		}
+	}
 }
 
 // involved lists the launchers whose hotplug-disks the pass looks at.
@@ -188,23 +184,6 @@ func noteMigration(st *vmiState, m kubevirt.Migration, now time.Time) bool {
 	return false
 }
 
-// abandonedLaunchers lists the launchers that must hold nothing because
-// their migration failed or was aborted: those the ownership rules found
-// among the active pods, and those this agent mounted into that are the
-// migration's target launcher, whether or not still listed.
-func abandonedLaunchers(st *vmiState, vmi *kubevirt.VMI, c kubevirt.LauncherChoice, pods kubevirt.PodLookup) []types.UID {
-	var out []types.UID
-	for _, p := range c.Abandoned {
-		out = append(out, p.UID)
-	}
-	for _, uid := range slices.Sorted(maps.Keys(st.launchers)) {
-		if pod, ok := pods.PodByUID(uid); ok && c.Migration.Abandons(vmi, pod) && !slices.Contains(out, uid) {
-			out = append(out, uid)
-		}
-	}
-	return out
-}
-
 // staleLaunchers lists the launchers to empty: those remembered for the
 // VMI, other than the current one, that are gone from this node or have
 // terminated, and the abandoned targets of a failed migration.
@@ -258,22 +237,22 @@ type volumeIntent struct {
 // pvResolver maps a claim to its bound PV name.
 type pvResolver func(namespace, claim string) (string, error)
 
-// buildIntents computes the intent for every hotpluggable volume of the
-// VMI, for the given verified launcher.
-func buildIntents(vmi *kubevirt.VMI, launcher *corev1.Pod, pods kubevirt.PodLookup, resolve pvResolver) []volumeIntent {
+// buildIntents computes the intent for every hotpluggable volume of a
+// placement with a verified launcher.
+func buildIntents(p kubevirt.Placement, resolve pvResolver) []volumeIntent {
 	var out []volumeIntent
-	for _, hv := range kubevirt.HotplugVolumes(vmi, launcher, pods) {
+	for _, hv := range p.Volumes {
 		in := volumeIntent{HotplugVolume: hv, Desired: DesiredVolume{
 			Name:               hv.Name,
 			Mode:               hv.Mode,
-			LauncherUID:        launcher.UID,
-			ComputeContainerID: kubevirt.ComputeContainerID(launcher),
+			LauncherUID:        p.Launcher.UID,
+			ComputeContainerID: p.ComputeID,
 			CapacityBytes:      hv.CapacityBytes,
 			FilesystemOverhead: hv.FilesystemOverhead,
 			Source:             Source{AttachmentPodUID: hv.AttachPodUID},
 		}}
 		if hv.AttachPod != nil {
-			pv, err := resolve(vmi.Namespace, hv.Claim)
+			pv, err := resolve(p.VMI.Namespace, hv.Claim)
 			if err != nil {
 				in.Transient, in.Pending = err, err.Error()
 			} else {

@@ -58,7 +58,10 @@ func TestBuildIntents(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			vmi := kt.Decode(vmiObject(tt.vols...))
-			intents := buildIntents(vmi, pods[launcherUID], pods, staticPV)
+			launcher := pods[launcherUID]
+			p := kubevirt.Placement{VMI: vmi, Volumes: kubevirt.HotplugVolumes(vmi, launcher, pods)}
+			p.Launcher = launcher
+			intents := buildIntents(p, staticPV)
 			got := map[string]kubevirt.VolumeMode{}
 			var pending []string
 			for _, in := range intents {

@@ -69,22 +69,14 @@ type volumeCtx struct {
 // agent refuses, and why, is decided by the kubevirt package, exactly as
 // the agent decides it.
 func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.VMI) []Volume {
-	pods := kubevirt.PodMap(cl.pods)
-	choice := kubevirt.ChooseLauncher(vmi, in.opts.NodeName, pods)
-	launcher, lref := choice.Launcher, choice.Refusal
-	var vols []kubevirt.HotplugVolume
-	if launcher != nil {
-		// The target launcher of a migration is judged against the
-		// target attachment pod, as the agent judges it.
-		vmi = kubevirt.ForLauncher(vmi, in.opts.NodeName, launcher, pods)
-		vols = kubevirt.HotplugVolumes(vmi, launcher, pods)
-	} else {
-		vols = unjudged(vmi)
-	}
+	// The target launcher of a migration is judged against the target
+	// attachment pod, as the agent judges it: Place does both.
+	p := kubevirt.Place(vmi, in.opts.NodeName, kubevirt.PodMap(cl.pods), nil)
+	launcher, lref, vmi, vols := p.Launcher, p.Refusal, p.VMI, p.Volumes
 	var out []Volume
 	for _, hv := range vols {
 		v := Volume{Namespace: vmi.Namespace, VMI: vmi.Name, Volume: hv.Name, Claim: hv.Claim, Mode: string(hv.Mode),
-			Migration: choice.Migration.String()}
+			Migration: p.Migration.String()}
 		f := &findings{block: hv.Mode == kubevirt.Block}
 		vc := volumeCtx{vmi: vmi, launcher: launcher, hv: hv}
 		fillStatus(&v, hv.Status)
@@ -104,17 +96,6 @@ func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.
 		judge(&v, f)
 		explainStorage(&v, cl.storage.Of(cl.claims[vmi.Namespace+"/"+hv.Claim], in.opts.NodeName))
 		out = append(out, v)
-	}
-	return out
-}
-
-// unjudged lists a VMI's hotplug volumes when there is no launcher to judge
-// them against; like the agent, diag then judges only the launcher.
-func unjudged(vmi *kubevirt.VMI) []kubevirt.HotplugVolume {
-	var out []kubevirt.HotplugVolume
-	for _, c := range vmi.Spec.HotplugClaims() {
-		st := vmi.Status.VolumeStatusByName(c.Name)
-		out = append(out, kubevirt.HotplugVolume{Name: c.Name, Claim: c.Claim, Mode: st.Mode(), Status: st})
 	}
 	return out
 }

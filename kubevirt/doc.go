@@ -14,13 +14,16 @@
 //     pod has terminated (PodTerminated);
 //   - judging each hotplug volume (HotplugVolumes): refused, pending, or
 //     attachable from a verified attachment pod;
+//   - Place, which applies all of the above to a VMI on a node in one
+//     call, so that the agent's decide and diag cannot take the steps in
+//     a different order;
 //   - Refusal and its reason codes, which are the reason label of
 //     hpmount_refusals_total and of diag's refused verdict.
 //
 // The files follow one reconcile's path, so that it enters each only a
 // few times: vmi.go is the object model (VMI, its status, DecodeVMI);
-// launcher.go chooses and checks the launcher, with the node's part in a
-// migration it reads (MigrationOf, ForLauncher); volumes.go judges the
+// launcher.go holds Place, chooses and checks the launcher, with the node's
+// part in a migration it reads (MigrationOf, ForLauncher); volumes.go judges the
 // hotplug volumes, with the spec and status accessors, the attachment pod
 // check and the compute container; owners.go holds Refusal, its reasons
 // and CheckVolumeName, and PodLookup.

@@ -61,6 +61,54 @@ type Migration struct {
 	TargetAttachmentPodUID types.UID
 }
 
+// Placement is everything the ownership rules say about a VMI on one
+// node, in one call, so that the agent and diag take the same steps in
+// the same order: the launcher choice, the VMI as that launcher must judge
+// it, and its hotplug volumes.
+type Placement struct {
+	LauncherChoice
+	// AbandonedUIDs are the launchers that must hold nothing: those of
+	// Choice.Abandoned, and those of known that the migration abandons,
+	// whether or not they are still listed as active pods.
+	AbandonedUIDs []types.UID
+	// VMI is the VMI as Launcher must judge it (ForLauncher), or the VMI
+	// itself without a launcher.
+	VMI *VMI
+	// Target: Launcher is the target launcher of a migration still
+	// running, whose volumeStatus the source's virt-handler owns.
+	Target bool
+	// ComputeID is Launcher's compute container ID (ComputeContainerID).
+	ComputeID string
+	// Volumes are the hotplug volumes judged for Launcher, or, without
+	// one, unjudged: name, claim, mode and status entry only.
+	Volumes []HotplugVolume
+}
+
+// Place applies the ownership rules to vmi on node. known are launchers
+// the caller has put something into; Place says which of them a failed or
+// aborted migration abandons.
+func Place(vmi *VMI, node string, pods PodLookup, known []types.UID) Placement {
+	p := Placement{LauncherChoice: ChooseLauncher(vmi, node, pods), VMI: vmi}
+	for _, pod := range p.Abandoned {
+		p.AbandonedUIDs = append(p.AbandonedUIDs, pod.UID)
+	}
+	for _, uid := range known {
+		if pod, ok := pods.PodByUID(uid); ok && p.Migration.Abandons(vmi, pod) && !slices.Contains(p.AbandonedUIDs, uid) {
+			p.AbandonedUIDs = append(p.AbandonedUIDs, uid)
+		}
+	}
+	if l := p.Launcher; l != nil {
+		m := p.Migration
+		p.Target = m.Role == RoleTarget && m.Phase == MigrationRunning && m.IsTargetLauncher(vmi, l)
+		p.VMI = ForLauncher(vmi, node, l, pods)
+		p.ComputeID = ComputeContainerID(l)
+		p.Volumes = HotplugVolumes(p.VMI, l, pods)
+		return p
+	}
+	p.Volumes = unjudgedVolumes(vmi)
+	return p
+}
+
 // MigrationOf returns node's part in vmi's last migration.
 func MigrationOf(vmi *VMI, node string) Migration {
 	ms := vmi.Status.MigrationState

@@ -4,6 +4,7 @@
 package kubevirt_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -113,6 +114,69 @@ func TestChooseLauncherMigration(t *testing.T) {
 				if hv.Refused != nil || hv.AttachPod == nil || hv.AttachPodUID != tt.fromAttachPod {
 					t.Errorf("volume %s: attach pod %q (%v), refused %v, pending %q; want from %q",
 						hv.Name, hv.AttachPodUID, hv.AttachPod != nil, hv.Refused, hv.Pending, tt.fromAttachPod)
+				}
+			}
+		})
+	}
+}
+
+// failedTargetNotActive is a VMI whose migration failed and whose active
+// pods no longer list the target launcher.
+func failedTargetNotActive() *kubevirt.VMI {
+	u := kt.Migrating(kt.VMIObject(kt.Vol{Name: "fs", Claim: "c1", AttachUID: kt.AttachUID}), set("failed", true))
+	u.Object["status"].(map[string]any)["activePods"] = map[string]any{string(kt.LauncherUID): kt.Node}
+	return kt.Decode(u)
+}
+
+// TestPlace: one call gives the launcher, the migration's part, the VMI as
+// that launcher judges it and its volumes, as the agent and diag use them.
+func TestPlace(t *testing.T) {
+	withCompute := func(pods kubevirt.PodMap) {
+		pods[kt.LauncherUID] = kt.Launcher(func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kubevirt.ComputeContainer, ContainerID: "containerd://c1"}}
+		})
+	}
+	tests := []struct {
+		name       string
+		vmi        *kubevirt.VMI
+		node       string
+		pods       kubevirt.PodMap
+		known      []types.UID
+		launcher   types.UID
+		target     bool
+		compute    string
+		abandoned  []types.UID
+		attachFrom types.UID // "" when the volumes are unjudged
+	}{
+		{name: "no migration", vmi: kt.Decode(kt.VMIObject(kt.Vol{Name: "fs", Claim: "c1", AttachUID: kt.AttachUID})),
+			node: kt.Node, pods: migrationPods(kt.Node, withCompute), launcher: kt.LauncherUID, compute: "containerd://c1", attachFrom: kt.AttachUID},
+		{name: "target of a running migration", vmi: migratingVMI(), node: kt.TargetNode, pods: migrationPods(kt.TargetNode),
+			launcher: kt.TargetLauncherUID, target: true, attachFrom: kt.TargetAttachUID},
+		{name: "source of a running migration", vmi: migratingVMI(), node: kt.Node, pods: migrationPods(kt.Node),
+			launcher: kt.LauncherUID, attachFrom: kt.AttachUID},
+		{name: "target after success is no longer a target", vmi: migratingVMI(set("completed", true)), node: kt.TargetNode,
+			pods: migrationPods(kt.TargetNode), launcher: kt.TargetLauncherUID, attachFrom: kt.TargetAttachUID},
+		{name: "failed: the active target launcher is abandoned once", vmi: migratingVMI(set("failed", true)), node: kt.TargetNode,
+			pods: migrationPods(kt.TargetNode), known: []types.UID{kt.TargetLauncherUID}, abandoned: []types.UID{kt.TargetLauncherUID}},
+		{name: "failed: a known target launcher no longer active is abandoned", node: kt.TargetNode,
+			vmi:  failedTargetNotActive(),
+			pods: migrationPods(kt.TargetNode), known: []types.UID{kt.TargetLauncherUID, "gone-uid"}, abandoned: []types.UID{kt.TargetLauncherUID}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := kubevirt.Place(tt.vmi, tt.node, tt.pods, tt.known)
+			if got := uidOf(p.Launcher); got != tt.launcher || p.Target != tt.target || p.ComputeID != tt.compute {
+				t.Fatalf("launcher %q target %v compute %q, want %q %v %q", got, p.Target, p.ComputeID, tt.launcher, tt.target, tt.compute)
+			}
+			if !slices.Equal(p.AbandonedUIDs, tt.abandoned) {
+				t.Fatalf("abandoned %v, want %v", p.AbandonedUIDs, tt.abandoned)
+			}
+			if len(p.Volumes) != len(tt.vmi.Spec.HotplugClaims()) {
+				t.Fatalf("%d volumes, want one per hotplug claim", len(p.Volumes))
+			}
+			for _, hv := range p.Volumes {
+				if hv.AttachPodUID != tt.attachFrom || (hv.AttachPod != nil) != (tt.attachFrom != "") || hv.Refused != nil {
+					t.Errorf("volume %s: attach pod %q (%v), refused %v; want from %q", hv.Name, hv.AttachPodUID, hv.AttachPod != nil, hv.Refused, tt.attachFrom)
 				}
 			}
 		})

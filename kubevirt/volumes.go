@@ -129,6 +129,18 @@ func HotplugVolumes(vmi *VMI, launcher *corev1.Pod, pods PodLookup) []HotplugVol
 	return out
 }
 
+// unjudgedVolumes lists vmi's hotplug volumes when no launcher qualifies:
+// nothing can be judged without one, so only the name, claim, and the mode
+// and entry of the status are known.
+func unjudgedVolumes(vmi *VMI) []HotplugVolume {
+	var out []HotplugVolume
+	for _, c := range vmi.Spec.HotplugClaims() {
+		st := vmi.Status.VolumeStatusByName(c.Name)
+		out = append(out, HotplugVolume{Name: c.Name, Claim: c.Claim, Mode: st.Mode(), Status: st})
+	}
+	return out
+}
+
 // refuseCollisions refuses a block or directory volume whose target, its
 // own name, is the <vol>.img target of a filesystem volume of the same VMI
 // (a block volume "x.img" beside a filesystem volume "x"): one name in
