@@ -27,6 +27,11 @@ type Info struct {
 	FSType         string
 	Source         string
 	SuperOptions   string
+	// UniqueID and UniqueParent are the kernel's 64-bit mount ids, never
+	// reused, which statmount(2) and listmount(2) take; 0 in a table read
+	// from mountinfo text, which shows only the reused ids (ID, Parent)
+	// that STATX_MNT_ID and every index of Table use.
+	UniqueID, UniqueParent uint64
 }
 
 // Dev returns the mount's device as "MAJ:MIN", as findmnt prints it.
