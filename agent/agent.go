@@ -44,8 +44,9 @@ type Agent struct {
 	// vmiTargetInformer holds the VMIs whose live migration targets this
 	// node (migration.go).
 	vmiTargetInformer cache.SharedIndexInformer
-	claimInformer     cache.SharedIndexInformer
-	queue             workqueue.TypedRateLimitingInterface[string]
+	// claims holds the PVs of the claims the node's VMIs name (claims.go).
+	claims *claimCache
+	queue  workqueue.TypedRateLimitingInterface[string]
 	// sweeps is the orphan sweep's own queue (orphans.go).
 	sweeps workqueue.TypedRateLimitingInterface[string]
 	// status writes volumeStatus off the reconcile path.
@@ -159,14 +160,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopServers()
 
 	var informers sync.WaitGroup
-	for _, inf := range []cache.SharedIndexInformer{a.podInformer, a.vmiInformer, a.vmiTargetInformer, a.claimInformer} {
+	for _, inf := range []cache.SharedIndexInformer{a.podInformer, a.vmiInformer, a.vmiTargetInformer} {
 		informers.Go(func() { inf.RunWithContext(ctx) })
 	}
 	defer informers.Wait()
 	defer cancel() // runs first: informers stop before the wait
 
 	a.log.Info("waiting for informer caches", "node", a.cfg.NodeName)
-	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced, a.vmiTargetInformer.HasSynced, a.claimInformer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.podInformer.HasSynced, a.vmiInformer.HasSynced, a.vmiTargetInformer.HasSynced) {
 		a.queue.ShutDown()
 		a.sweeps.ShutDown()
 		select {

@@ -230,13 +230,6 @@ func newTestAgent(t testing.TB, mut func(*Config), kubeObjs ...runtime.Object) *
 	if err != nil {
 		t.Fatalf("new agent: %v", err)
 	}
-	for _, o := range kubeObjs {
-		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok {
-			if err := a.claimInformer.GetIndexer().Add(pvc); err != nil {
-				t.Fatalf("add claim: %v", err)
-			}
-		}
-	}
 	rec := record.NewFakeRecorder(1000)
 	a.recorder = rec
 	a.synced.Store(true)

@@ -38,36 +38,31 @@ func indexByUID(obj any) ([]string, error) {
 	return []string{string(m.GetUID())}, nil
 }
 
-// TrimClaim is the claim informer's transform: the agent reads only a
-// claim's identity and spec.volumeName, and a node watches every claim of
-// the cluster, so everything else is dropped before it is cached.
-func TrimClaim(obj any) (any, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return obj, nil
-	}
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, ResourceVersion: pvc.ResourceVersion},
-		Spec:       corev1.PersistentVolumeClaimSpec{VolumeName: pvc.Spec.VolumeName},
-	}, nil
-}
-
-// indexByClaim keys a VMI by namespace/claim of each hotplug volume, so a
-// claim that becomes bound wakes the VMIs waiting for it.
+// indexByClaim keys a VMI by namespace/claim of each hotplug volume: a
+// claim no VMI of the node names is dropped from the claim cache.
 func indexByClaim(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, nil
-	}
-	vmi, err := kubevirt.DecodeVMI(u)
+	vmi, err := decodeCached(obj)
 	if err != nil {
 		return nil, nil // reconcile reports it
 	}
 	var keys []string
 	for _, c := range vmi.Spec.HotplugClaims() {
-		keys = append(keys, vmi.Namespace+"/"+c.Claim)
+		claim := c.Claim
+		if st := vmi.Status.VolumeStatusByName(c.Name); claim == "" && st != nil && st.PersistentVolumeClaimInfo != nil {
+			claim = st.PersistentVolumeClaimInfo.ClaimName
+		}
+		keys = append(keys, vmi.Namespace+"/"+claim)
 	}
 	return keys, nil
+}
+
+// decodeCached decodes a VMI of an informer cache.
+func decodeCached(obj any) (*kubevirt.VMI, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("vmi cache holds %T", obj)
+	}
+	return kubevirt.DecodeVMI(u)
 }
 
 func (a *Agent) setupInformers() error {
@@ -80,17 +75,9 @@ func (a *Agent) setupInformers() error {
 	}
 	pods := a.kube.CoreV1().Pods(metav1.NamespaceAll)
 	vmis := a.dyn.Resource(kubevirt.VMIResource).Namespace(metav1.NamespaceAll)
-	claims := a.kube.CoreV1().PersistentVolumeClaims(metav1.NamespaceAll)
 	a.podInformer = a.newInformer("pods", &corev1.Pod{}, a.kube, listWatch(pods.List, pods.Watch, podsOfNode))
 	a.vmiInformer = a.newInformer("vmis", &unstructured.Unstructured{}, a.dyn, listWatch(vmis.List, vmis.Watch, vmisOfNode))
-	a.claimInformer = a.newInformer("claims", &corev1.PersistentVolumeClaim{}, a.kube,
-		listWatch(claims.List, claims.Watch, func(*metav1.ListOptions) {}))
-	if err := a.claimInformer.SetTransform(TrimClaim); err != nil {
-		return fmt.Errorf("set transform on claim informer: %w", err)
-	}
-	if err := a.vmiInformer.AddIndexers(cache.Indexers{claimIndex: indexByClaim}); err != nil {
-		return fmt.Errorf("add claim index to vmi informer: %w", err)
-	}
+	a.claims = newClaimCache(a.kube)
 	transforms := map[string]cache.TransformFunc{"pods": TrimPod, "vmis": TrimVMI}
 	for name, inf := range map[string]cache.SharedIndexInformer{"pods": a.podInformer, "vmis": a.vmiInformer} {
 		if err := inf.SetTransform(transforms[name]); err != nil {
@@ -99,6 +86,9 @@ func (a *Agent) setupInformers() error {
 		if err := inf.AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
 			return fmt.Errorf("add uid index to %s informer: %w", name, err)
 		}
+	}
+	if err := a.vmiInformer.AddIndexers(cache.Indexers{claimIndex: indexByClaim}); err != nil {
+		return fmt.Errorf("add claim index to vmi informer: %w", err)
 	}
 	if err := a.setupTargetInformer(); err != nil {
 		return err
@@ -125,8 +115,8 @@ func (a *Agent) setupTargetInformer() error {
 	if err := inf.SetTransform(TrimVMI); err != nil {
 		return fmt.Errorf("set transform on migration target vmi informer: %w", err)
 	}
-	if err := inf.AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
-		return fmt.Errorf("add uid index to migration target vmi informer: %w", err)
+	if err := inf.AddIndexers(cache.Indexers{uidIndex: indexByUID, claimIndex: indexByClaim}); err != nil {
+		return fmt.Errorf("add indexes to migration target vmi informer: %w", err)
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.vmiChanged,
@@ -138,8 +128,8 @@ func (a *Agent) setupTargetInformer() error {
 	return nil
 }
 
-// addEventHandlers turns changes of VMIs, pods and claims into queued
-// VMI keys.
+// addEventHandlers turns changes of VMIs and pods into queued VMI keys.
+// Claims have no informer (claims.go says what wakes a VMI instead).
 func (a *Agent) addEventHandlers() error {
 	if _, err := a.vmiInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.vmiChanged,
@@ -154,13 +144,6 @@ func (a *Agent) addEventHandlers() error {
 		DeleteFunc: a.enqueuePod,
 	}); err != nil {
 		return fmt.Errorf("add pod event handler: %w", err)
-	}
-	if _, err := a.claimInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    a.enqueueClaim,
-		UpdateFunc: func(_, obj any) { a.enqueueClaim(obj) },
-		DeleteFunc: a.enqueueClaim,
-	}); err != nil {
-		return fmt.Errorf("add claim event handler: %w", err)
 	}
 	return nil
 }
@@ -213,37 +196,6 @@ func (a *Agent) watchFailed(informer string, err error) {
 	}
 	a.log.Log(context.Background(), level, "list or watch failed; the informer lists again after a backoff",
 		"informer", informer, "error", err.Error())
-}
-
-// enqueueClaim wakes the VMIs of this node that use the claim.
-func (a *Agent) enqueueClaim(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return
-	}
-	objs, err := a.vmiInformer.GetIndexer().ByIndex(claimIndex, key)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		a.enqueueObject(o)
-	}
-}
-
-// ClaimVolume returns the PV bound to namespace/claim from the claim cache.
-func (a *Agent) ClaimVolume(namespace, claim string) (string, error) {
-	obj, ok, err := a.claimInformer.GetIndexer().GetByKey(namespace + "/" + claim)
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("read persistentvolumeclaim %s/%s from the cache: %w", namespace, claim, err)
-	case !ok:
-		return "", fmt.Errorf("persistentvolumeclaim %s/%s not found", namespace, claim)
-	}
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || pvc.Spec.VolumeName == "" {
-		return "", fmt.Errorf("persistentvolumeclaim %s/%s is not bound", namespace, claim)
-	}
-	return pvc.Spec.VolumeName, nil
 }
 
 func (a *Agent) enqueueObject(obj any) {
@@ -334,7 +286,8 @@ func (a *Agent) cachedVMI(key string) (*unstructured.Unstructured, bool, error) 
 }
 
 // resyncLoop enqueues every VMI of the node, and every key still being
-// cleaned, once per resync period.
+// cleaned, once per resync period, and drops the claims the node no
+// longer uses.
 func (a *Agent) resyncLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.ResyncPeriod)
 	defer t.Stop()
@@ -343,6 +296,7 @@ func (a *Agent) resyncLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			a.pruneClaims()
 			a.enqueueAll()
 		}
 	}

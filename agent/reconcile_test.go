@@ -240,9 +240,7 @@ func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
 		{
 			name: "claim not bound",
 			setup: func(t *testing.T, ta *testAgent) {
-				if err := ta.claimInformer.GetIndexer().Update(pvc("c1", "")); err != nil {
-					t.Fatal(err)
-				}
+				ta.setClaim(t, pvc("c1", ""))
 			},
 			vols:   []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}, {Name: "new", Claim: "c2", AttachUID: attachUID}},
 			errors: true,
@@ -250,9 +248,7 @@ func TestReconcileNeverDetachesOnAPIErrorOrRefusal(t *testing.T) {
 		{
 			name: "claim not found",
 			setup: func(t *testing.T, ta *testAgent) {
-				if err := ta.claimInformer.GetIndexer().Delete(pvc("c1", "pv-1")); err != nil {
-					t.Fatal(err)
-				}
+				ta.deleteClaim(t, "c1")
 			},
 			vols:   []vol{{Name: "hp", Claim: "c1", AttachUID: attachUID}},
 			errors: true,
@@ -374,9 +370,10 @@ func TestReconcileGrowReports(t *testing.T) {
 	}
 }
 
-// TestClaimRecreatedUnderTheSameName follows the claim cache: a claim
-// deleted and created again, bound to another PV, is attached from the new
-// PV without an agent restart.
+// TestClaimRecreatedUnderTheSameName: a claim deleted and created again,
+// bound to another PV, reaches the node through a new attachment pod (the
+// old one held the claim), and is attached from the new PV without an
+// agent restart.
 func TestClaimRecreatedUnderTheSameName(t *testing.T) {
 	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
 	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
@@ -386,15 +383,16 @@ func TestClaimRecreatedUnderTheSameName(t *testing.T) {
 	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach hp Filesystem attach-uid/pv-1"}) {
 		t.Fatalf("calls = %v", got)
 	}
-	if err := ta.claimInformer.GetIndexer().Update(pvc("c1", "pv-new")); err != nil {
-		t.Fatal(err)
-	}
+	ta.deleteClaim(t, "c1")
+	ta.setClaim(t, pvc("c1", "pv-new"))
+	ta.addPods(t, attachmentPod(func(p *corev1.Pod) { p.UID = "attach-uid-2" }))
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: "attach-uid-2"}))
 	ta.engine.reset()
 	ta.engine.setObserved(launcherUID) // the old volume's mount went with it
 	if err := ta.reconcile(context.Background(), testKey); err != nil {
 		t.Fatal(err)
 	}
-	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach hp Filesystem attach-uid/pv-new"}) {
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach hp Filesystem attach-uid-2/pv-new"}) {
 		t.Fatalf("calls after the claim was recreated = %v", got)
 	}
 }

@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -15,8 +16,10 @@ import (
 )
 
 // world is what one reconcile of a VMI key starts from: everything read
-// from the agent's caches and its own memory, nothing from the API server
-// or the node. decide reads nothing else.
+// from the agent's caches and its own memory, and the PVs of the VMI's
+// claims, which readWorld reads from the claim cache or, for a claim it
+// does not hold, the API server (claims.go); nothing from the node.
+// decide reads nothing else.
 type world struct {
 	Key, Namespace, Name string
 	// VMI is nil when the key is in neither VMI cache: gone from this node
@@ -33,20 +36,22 @@ type world struct {
 	Resync       bool
 	Arrived, Now time.Time
 	Node         string
-	// Pods and Claims read the pod and claim caches.
+	// Pods reads the pod cache; Claims the PVs of the VMI's claims, read
+	// by readWorld from the claim cache or the API server (claims.go).
 	Pods   kubevirt.PodLookup
 	Claims pvResolver
 	// ReportVolumeStatus and GrowFilesystems are the agent's settings.
 	ReportVolumeStatus, GrowFilesystems bool
 }
 
-// readWorld reads the caches for one reconcile of key.
+// readWorld reads the caches, and the claims they lack, for one
+// reconcile of key.
 func (a *Agent) readWorld(key string, now time.Time) (world, error) {
 	if !a.synced.Load() {
 		return world{}, errors.New("informer caches not synced")
 	}
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	w := world{Key: key, Namespace: ns, Name: name, Now: now, Arrived: now, Node: a.cfg.NodeName, Pods: a, Claims: a.resolvePV,
+	w := world{Key: key, Namespace: ns, Name: name, Now: now, Arrived: now, Node: a.cfg.NodeName, Pods: a, Claims: noClaims,
 		ReportVolumeStatus: a.cfg.ReportVolumeStatus, GrowFilesystems: a.cfg.GrowFilesystems}
 	w.Resync = a.takeResync(key)
 	u, exists, err := a.lookupVMI(key)
@@ -55,6 +60,9 @@ func (a *Agent) readWorld(key string, now time.Time) (world, error) {
 	}
 	if exists {
 		w.VMI, w.DecodeErr = kubevirt.DecodeVMI(u)
+	}
+	if w.VMI != nil {
+		w.Claims = a.claimResolver(context.Background(), w.VMI)
 	}
 	a.mu.Lock()
 	if st, ok := a.states[key]; ok {
@@ -91,14 +99,10 @@ func (a *Agent) lookupVMI(key string) (*unstructured.Unstructured, bool, error) 
 	return nil, false, nil
 }
 
-// resolvePV maps a claim to its PV from the claim cache: no API call on the
-// reconcile path, and a claim deleted and created again under the same
-// name is seen as it is now.
-func (a *Agent) resolvePV(ns, claim string) (string, error) {
-	if claim == "" {
-		return "", errors.New("volume names no claim")
-	}
-	return a.ClaimVolume(ns, claim)
+// noClaims is the resolver of a world without a VMI: decide asks it
+// nothing.
+func noClaims(ns, claim string) (string, error) {
+	return "", fmt.Errorf("persistentvolumeclaim %s/%s not read: no VMI", ns, claim)
 }
 
 // takeResync reports and clears whether key is due for a periodic pass.
