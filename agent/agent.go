@@ -86,6 +86,10 @@ type vmiState struct {
 	// wanted holds, per volume not yet usable, when the VMI change that
 	// made it desired arrived.
 	wanted map[string]time.Time
+	// attach holds, per volume whose attach phases are being measured,
+	// the times seen after the start (summarize_latency.go): until the
+	// launcher reports the volume Ready.
+	attach map[string]attachTimes
 	// migration is this node's part in the VMI's last live migration.
 	migration migrationState
 	// compute is the launcher and compute container of the last pass: a

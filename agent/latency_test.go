@@ -6,9 +6,13 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -16,8 +20,18 @@ import (
 
 type latencies struct {
 	NopObserver
-	mu  sync.Mutex
-	got []time.Duration
+	mu     sync.Mutex
+	got    []time.Duration
+	phases []string
+}
+
+func (l *latencies) AttachPhase(phase string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d < 0 {
+		phase += " negative"
+	}
+	l.phases = append(l.phases, phase)
 }
 
 func (l *latencies) AttachLatency(_ string, d time.Duration) {
@@ -28,14 +42,20 @@ func (l *latencies) AttachLatency(_ string, d time.Duration) {
 
 // TestAttachLatency measures from the arrival of the VMI change that made
 // the volume desired, across the passes that wait for its publish, to the
-// pass that makes it usable; an adopted volume has none.
+// pass that makes it usable, and each phase of it up to the launcher's
+// Ready; an adopted volume has none.
 func TestAttachLatency(t *testing.T) {
 	obs := &latencies{}
 	ta := standardAgent(t, func(c *Config) { c.Observer, c.GrowFilesystems = obs, false })
 	ctx := context.Background()
 	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
 	ta.setVMI(t, u)
-	ta.noteArrival(testKey, time.Now().Add(-3*time.Second))
+	now := time.Now()
+	ta.addPods(t, attachmentPod(func(p *corev1.Pod) {
+		p.CreationTimestamp = metav1.NewTime(now.Add(-2 * time.Second))
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Second))}}
+	}))
+	ta.noteArrival(testKey, now.Add(-3*time.Second))
 	ta.engine.attachErr["hp"] = fmt.Errorf("publish dir: %w", kubelet.ErrNotPublished)
 	if err := ta.reconcile(ctx, testKey); err == nil {
 		t.Fatal("a volume not yet published reconciled without error")
@@ -53,12 +73,27 @@ func TestAttachLatency(t *testing.T) {
 	if err := ta.reconcile(ctx, testKey); err != nil || len(obs.got) != 1 {
 		t.Fatalf("a usable volume was measured again: %v, %v", obs.got, err)
 	}
+	want := []string{AttachPhasePodCreated, AttachPhasePodReady, AttachPhasePublishSeen, AttachPhaseMounted}
+	if !slices.Equal(obs.phases, want) {
+		t.Fatalf("phases = %v, want %v", obs.phases, want)
+	}
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID, Phase: kubevirt.PhaseReady}))
+	ta.noteArrival(testKey, time.Now())
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if want = append(want, AttachPhaseLauncherReady); !slices.Equal(obs.phases, want) {
+		t.Fatalf("phases after the launcher's Ready = %v, want %v", obs.phases, want)
+	}
+	if err := ta.reconcile(ctx, testKey); err != nil || len(obs.phases) != len(want) {
+		t.Fatalf("a ready volume was measured again: %v, %v", obs.phases, err)
+	}
 
 	adopted := &latencies{}
 	tb := standardAgent(t, func(c *Config) { c.Observer, c.GrowFilesystems = adopted, false })
 	tb.engine.setObserved(launcherUID, healthyObserved("hp", kubevirt.Filesystem))
 	tb.setVMI(t, u)
-	if err := tb.reconcile(ctx, testKey); err != nil || len(adopted.got) != 0 {
-		t.Fatalf("adopted volume measured: %v, %v", adopted.got, err)
+	if err := tb.reconcile(ctx, testKey); err != nil || len(adopted.got) != 0 || len(adopted.phases) != 0 {
+		t.Fatalf("adopted volume measured: %v %v, %v", adopted.got, adopted.phases, err)
 	}
 }

@@ -33,6 +33,12 @@ type Observer interface {
 	// AttachLatency is the time from the VMI change that made a volume
 	// desired to the volume being usable in its launcher.
 	AttachLatency(mode string, d time.Duration)
+	// AttachPhase is one phase of one volume's attach: phase is one of
+	// AttachPhases, d the time from the end of the phase before it to its
+	// own end. A phase whose start or end is unknown, or whose end is
+	// before its start (another clock, a pod's transition that moved), is
+	// not reported.
+	AttachPhase(phase string, d time.Duration)
 	// ForgetVMI drops every series of a VMI that is gone from this node.
 	ForgetVMI(namespace, vmi string)
 	// Migration is one step of a live migration seen from this node: one
@@ -84,6 +90,34 @@ const (
 // MigrationEvents lists every migration event.
 var MigrationEvents = []string{MigrationHandoff, MigrationTargetReady, MigrationTargetCleaned, MigrationSourceCleaned}
 
+// Attach phases reported to Observer.AttachPhase, in order. Each ends at
+// the moment its name says and starts where the one before it ended; the
+// first starts at the arrival of the VMI change that made the volume
+// desired (the start of Observer.AttachLatency).
+const (
+	// AttachPhasePodCreated ends at the attachment pod's creationTimestamp
+	// (the API server's clock).
+	AttachPhasePodCreated = "pod-created"
+	// AttachPhasePodReady ends when its Ready condition turned true (the
+	// kubelet's clock): virt-controller names the pod in volumeStatus
+	// (attachPodUID), from which the agent finds it, only once its
+	// container is ready.
+	AttachPhasePodReady = "pod-ready"
+	// AttachPhasePublishSeen ends when an attach of the volume from that
+	// pod first found the kubelet's publish (did not wait for it).
+	AttachPhasePublishSeen = "publish-seen"
+	// AttachPhaseMounted ends when the pass that made the volume usable in
+	// the launcher finished its engine calls.
+	AttachPhaseMounted = "mounted"
+	// AttachPhaseLauncherReady ends when the agent saw the volume's
+	// volumeStatus phase Ready, which virt-handler sets once the disk is in
+	// the launcher's domain: the VMI change's arrival.
+	AttachPhaseLauncherReady = "launcher-ready"
+)
+
+// AttachPhases lists every attach phase, in order.
+var AttachPhases = []string{AttachPhasePodCreated, AttachPhasePodReady, AttachPhasePublishSeen, AttachPhaseMounted, AttachPhaseLauncherReady}
+
 // NopObserver ignores everything.
 type NopObserver struct{}
 
@@ -98,6 +132,7 @@ func (NopObserver) VolumeSizes(string, string, string, GrowResult)     {}
 func (NopObserver) Expansion(string)                                   {}
 func (NopObserver) Refusal(string)                                     {}
 func (NopObserver) AttachLatency(string, time.Duration)                {}
+func (NopObserver) AttachPhase(string, time.Duration)                  {}
 func (NopObserver) ForgetVMI(string, string)                           {}
 func (NopObserver) Migration(string, time.Duration)                    {}
 func (NopObserver) GoneCheck(string)                                   {}

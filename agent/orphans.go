@@ -32,7 +32,7 @@ func (a *Agent) sweepLoop(ctx context.Context) {
 		start := time.Now()
 		err := a.sweepOrphans(ctx)
 		// Counted with the reconciles, as it was while it shared their queue.
-		a.obs.Reconciled(time.Since(start))
+		a.reportReconciled(start)
 		switch {
 		case err == nil || ctx.Err() != nil:
 			a.sweeps.Forget(key)

@@ -17,16 +17,16 @@ import (
 // world in which its remembered launchers want nothing.
 func (a *Agent) reconcile(ctx context.Context, key string) error {
 	start := time.Now()
-	defer func() { a.obs.Reconciled(time.Since(start)) }()
 	w, err := a.readWorld(key, start)
 	if err != nil {
-		return err
+		return a.report(passReport{Key: key, Started: start, Errs: []error{err}})
 	}
 	d := decide(w)
 	o := a.observe(ctx, d)
 	plans := planPass(d, o)
 	done := a.applyPass(ctx, o.Snap, plans)
 	pass := summarizePass(d, o, done)
+	pass.Started = start
 	return a.report(pass)
 }
 

@@ -21,6 +21,7 @@ import (
 // writer of what the agent remembers of the VMI, and returns the errors
 // the pass is retried on.
 func (a *Agent) report(r passReport) error {
+	defer a.reportReconciled(r.Started)
 	log := a.log.With("vmi", r.Key)
 	writeLogs(log, r.Logs)
 	a.reportSnapshot(r.Read)
@@ -32,6 +33,9 @@ func (a *Agent) report(r passReport) error {
 	}
 	for _, s := range r.Parts {
 		a.reportPart(r.State, r.Ref, log.With(s.LogAttrs...), s)
+	}
+	for _, t := range r.Attaches {
+		a.reportAttach(t)
 	}
 	for _, v := range r.Pending {
 		a.obs.VolumeState(r.Namespace, r.Name, v.Name, v.Mode, v.State)
@@ -128,7 +132,6 @@ func (a *Agent) reportPart(st *vmiState, ref *corev1.ObjectReference, log *slog.
 			if v.State != StateUnmounted {
 				a.obs.VolumeStaleOpen(ref.Namespace, ref.Name, v.Name, v.StaleOpen)
 			}
-			a.reportLatency(st, v)
 		}
 	}
 	for name, c := range s.Capacity {
@@ -136,19 +139,25 @@ func (a *Agent) reportPart(st *vmiState, ref *corev1.ObjectReference, log *slog.
 	}
 }
 
-// reportLatency observes the attach latency of a volume that just became
-// usable, and forgets it for a volume that was refused or removed.
-func (a *Agent) reportLatency(st *vmiState, v volumeState) {
-	since, ok := st.wanted[v.Name]
-	if !ok {
-		return
+// reportAttach observes what a pass measured of one volume's attach: a
+// total or a phase that came out negative (the clocks disagree) is not
+// observed.
+func (a *Agent) reportAttach(t attachTiming) {
+	if t.Total >= 0 {
+		a.obs.AttachLatency(t.Mode, t.Total)
 	}
-	switch v.State {
-	case StateMounted:
-		a.obs.AttachLatency(v.Mode, time.Since(since))
-		delete(st.wanted, v.Name)
-	case StateRefused, StateUnmounted:
-		delete(st.wanted, v.Name)
+	for _, p := range t.Phases {
+		if p.Took >= 0 {
+			a.obs.AttachPhase(p.Phase, p.Took)
+		}
+	}
+}
+
+// reportReconciled observes one reconcile of a VMI, or one orphan sweep,
+// from its start; a zero start is none.
+func (a *Agent) reportReconciled(start time.Time) {
+	if !start.IsZero() {
+		a.obs.Reconciled(time.Since(start))
 	}
 }
 

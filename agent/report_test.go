@@ -9,7 +9,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
+	"time"
 
 	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
 
@@ -161,5 +163,44 @@ func TestHealthHandler(t *testing.T) {
 	liveErr = errors.New("a call has been stuck for 6m")
 	if s := status("/healthz"); s != 503 {
 		t.Fatalf("healthz with a stuck call = %d", s)
+	}
+}
+
+// reconciles counts what report observes of passes and attaches.
+type reconciles struct {
+	latencies
+	passes int
+}
+
+func (r *reconciles) Reconciled(time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.passes++
+}
+
+// TestReportObserves: report alone observes a pass, one that failed
+// before reading the world too, and never a negative latency or phase.
+func TestReportObserves(t *testing.T) {
+	obs := &reconciles{}
+	ta := standardAgent(t, func(c *Config) { c.Observer = obs })
+	ta.synced.Store(false)
+	if err := ta.reconcile(context.Background(), testKey); err == nil {
+		t.Fatal("a reconcile before the caches synced succeeded")
+	}
+	if obs.passes != 1 {
+		t.Fatalf("%d reconciles observed, want 1", obs.passes)
+	}
+	err := ta.report(passReport{Key: testKey, Attaches: []attachTiming{
+		{Volume: "hp", Mode: "Filesystem", Total: -time.Second, Phases: []phaseTime{{AttachPhaseMounted, time.Millisecond}}},
+		{Volume: "hp", Mode: "Filesystem", Total: time.Second, Phases: []phaseTime{{AttachPhasePodCreated, -time.Second}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(obs.got) != 1 || obs.got[0] != time.Second || !slices.Equal(obs.phases, []string{AttachPhaseMounted}) {
+		t.Fatalf("observed latencies %v and phases %v, want 1s and mounted", obs.got, obs.phases)
+	}
+	if obs.passes != 1 {
+		t.Fatalf("a report without a start observed a reconcile: %d", obs.passes)
 	}
 }

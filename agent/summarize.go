@@ -129,6 +129,10 @@ type passReport struct {
 	// dropped.
 	GrowthLauncher types.UID
 	GrowthKeep     map[string]bool
+	// Attaches are the attach latencies and phases measured.
+	Attaches []attachTiming
+	// Started is when the pass began, for the reconcile's duration.
+	Started time.Time
 	// Requeue asks for another pass that soon, when not 0.
 	Requeue time.Duration
 	Status  map[string]statusUpdate
@@ -149,6 +153,7 @@ func summarizePass(d decision, o observation, done passApplied) passReport {
 		return r
 	}
 	r.State = d.State.clone()
+	r.State.attach = maps.Clone(d.State.attach)
 	r.Parts = append(r.Parts, summary{Events: d.Events})
 	if d.Gone {
 		r.gone(d, o, done)
@@ -282,6 +287,7 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 		VMI: d.VMI, Intents: d.Intents, Observed: o.Launcher.Volumes, Applied: done.Done[d.Launcher.UID],
 		ReportVolumeStatus: d.WriteStatus, LastCapacity: maps.Clone(st.capacity),
 	})
+	r.Attaches = timeAttaches(st, d, o.Launcher.Volumes, &s, done.Done[d.Launcher.UID], done.Finished)
 	r.Parts = append(r.Parts, s)
 	if d.Target {
 		r.targetReady(d, s, done.Finished)
@@ -293,7 +299,6 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 		r.Status = s.Status
 	}
 	r.Errs = append(r.Errs, s.Errs...)
-	noteWanted(st, d.Intents, o.Launcher.Volumes, d.Arrived)
 }
 
 // targetReady sends MigrationTargetReady once per migration, when every
@@ -332,6 +337,7 @@ func pruneState(st *vmiState, intents []volumeIntent) {
 	}
 	maps.DeleteFunc(st.capacity, func(name string, _ int64) bool { return !keep[name] })
 	maps.DeleteFunc(st.wanted, func(name string, _ time.Time) bool { return !keep[name] })
+	maps.DeleteFunc(st.attach, func(name string, _ attachTimes) bool { return !keep[name] })
 }
 
 // noteWanted starts the attach latency of every volume that is desired but

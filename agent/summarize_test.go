@@ -9,6 +9,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -168,4 +173,133 @@ func TestSummarizeEngineRefusalNamesVolume(t *testing.T) {
 		!strings.HasPrefix(s.Events[0].Message, `unsafe-content: volume "hp": `) {
 		t.Fatalf("events = %+v", s.Events)
 	}
+}
+
+// TestSummarizeAttachPhases times one volume's attach over its passes,
+// from the world's times alone: the arrival of each pass's VMI change,
+// the end of its engine calls and the attachment pod's timestamps.
+func TestSummarizeAttachPhases(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	pod := func(uid string, created, ready float64) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), CreationTimestamp: metav1.NewTime(at(created))}}
+		if ready >= 0 {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at(ready))}}
+		}
+		return p
+	}
+	podA, podB, unready := pod("a", 1, 2), pod("b", 4, 5), pod("a", 1, -1)
+	type pass struct {
+		arrived  float64
+		pod      *corev1.Pod
+		result   outcome.Result // the attach's, "" for none
+		took     time.Duration
+		state    string
+		finished float64
+		ready    bool // volumeStatus phase Ready
+		want     string
+	}
+	tests := []struct {
+		name   string
+		target bool
+		passes []pass
+	}{
+		{"every phase", false, []pass{
+			{0, podA, outcome.NotPublished, time.Millisecond, StateFailed, 2.5, false, ""},
+			{3, podA, outcome.Mounted, 200 * time.Millisecond, StateMounted, 4, false, "total 4s: pod-created 1s, pod-ready 1s, publish-seen 1.8s, mounted 200ms"},
+			{4.5, podA, "", 0, StateMounted, 5, false, ""},
+			{6, podA, "", 0, StateMounted, 6.1, true, "launcher-ready 2s"},
+			{7, podA, "", 0, StateMounted, 7.1, true, ""},
+		}},
+		{"attachment pod replaced before the mount", false, []pass{
+			{0, podA, outcome.Error, 100 * time.Millisecond, StateFailed, 3, false, ""},
+			{5.5, podB, outcome.Mounted, 100 * time.Millisecond, StateMounted, 6, false, "total 6s: pod-created 4s, pod-ready 1s, publish-seen 900ms, mounted 100ms"},
+		}},
+		{"replaced pod, mounted without a new attach", false, []pass{
+			{0, podA, outcome.Error, 100 * time.Millisecond, StateFailed, 3, false, ""},
+			{5.5, podB, "", 0, StateMounted, 6, false, "total 6s: pod-created 4s, pod-ready 1s"},
+		}},
+		{"no Ready time", false, []pass{
+			{0, unready, outcome.Mounted, 100 * time.Millisecond, StateMounted, 3, false, "total 3s: pod-created 1s, mounted 100ms"},
+		}},
+		{"clocks disagree", false, []pass{
+			// The API server's clock is behind: the pod is created "before"
+			// the change arrived, and the launcher's Ready "before" the mount.
+			{1.5, podA, outcome.Mounted, 100 * time.Millisecond, StateMounted, 3, false, "total 1.5s: pod-ready 1s, publish-seen 900ms, mounted 100ms"},
+			{2, podA, "", 0, StateMounted, 3.5, true, ""},
+		}},
+		{"agent clock stepped back", false, []pass{
+			{10, podA, outcome.Mounted, 100 * time.Millisecond, StateMounted, 9, false, "total -1s: pod-ready 1s, publish-seen 6.9s, mounted 100ms"},
+		}},
+		{"refused while waiting", false, []pass{
+			{0, podA, outcome.NotPublished, time.Millisecond, StateFailed, 1, false, ""},
+			{2, podA, outcome.Refused, time.Millisecond, StateRefused, 3, false, ""},
+		}},
+		{"migration target: volumeStatus is the source's", true, []pass{
+			{0, podA, outcome.Mounted, 100 * time.Millisecond, StateMounted, 3, false, "total 3s: pod-created 1s, pod-ready 1s, publish-seen 900ms, mounted 100ms"},
+			{4, podA, "", 0, StateMounted, 5, true, ""},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newVMIState()
+			for i, p := range tc.passes {
+				status := &kubevirt.VolumeStatus{Name: "hp", Phase: kubevirt.PhaseMountedToPod}
+				if p.ready {
+					status.Phase = kubevirt.PhaseReady
+				}
+				it := volumeIntent{HotplugVolume: kubevirt.HotplugVolume{Name: "hp", Mode: kubevirt.Filesystem, Status: status, AttachPodUID: p.pod.UID, AttachPod: p.pod},
+					Desired: DesiredVolume{Name: "hp", Mode: kubevirt.Filesystem}}
+				d := decision{Intents: []volumeIntent{it}, Arrived: at(p.arrived), Target: tc.target}
+				var observed []ObservedVolume
+				var done []applied
+				if p.result == "" && p.state == StateMounted {
+					observed = []ObservedVolume{healthyObserved("hp", kubevirt.Filesystem)}
+				}
+				if p.result != "" {
+					done = []applied{{Op: op{Kind: outcome.Attach, Name: "hp", Intent: &it}, Result: p.result, Took: p.took}}
+				}
+				s := summary{Volumes: []volumeState{{Name: "hp", Mode: "Filesystem", State: p.state}}}
+				if p.result == outcome.Mounted {
+					s.normal("hp", EventVolumeMounted, "Volume hp has been mounted in virt-launcher pod (mounted)")
+				}
+				got := timeAttaches(st, d, observed, &s, done, at(p.finished))
+				if text := timingsText(got); text != p.want {
+					t.Errorf("pass %d: timed %q, want %q", i, text, p.want)
+				}
+				for _, g := range got {
+					for _, ph := range g.Phases {
+						if ph.Took < 0 {
+							t.Errorf("pass %d: negative phase %v", i, g.Phases)
+						}
+					}
+				}
+				if p.result == outcome.Mounted && strings.HasPrefix(p.want, "total") && !strings.HasPrefix(p.want, "total -") {
+					if msg := s.Events[0].Message; !strings.Contains(msg, attachPhasesMarker) {
+						t.Errorf("pass %d: VolumeMounted Event %q names no phases", i, msg)
+					}
+				}
+			}
+			if tc.name == "refused while waiting" && (len(st.wanted) != 0 || len(st.attach) != 0) {
+				t.Errorf("a refused volume is still measured: %v %v", st.wanted, st.attach)
+			}
+		})
+	}
+}
+
+// timingsText is "total 4s: pod-created 1s, ..." or "launcher-ready 2s".
+func timingsText(ts []attachTiming) string {
+	var out []string
+	for _, t := range ts {
+		var phases []string
+		for _, p := range t.Phases {
+			phases = append(phases, p.Phase+" "+p.Took.String())
+		}
+		s := strings.Join(phases, ", ")
+		if t.Total >= 0 || len(t.Phases) > 0 && t.Phases[0].Phase != AttachPhaseLauncherReady {
+			s = "total " + t.Total.String() + ": " + s
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
 }

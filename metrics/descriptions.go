@@ -89,6 +89,11 @@ var (
 		Labels: []string{"mode"},
 		Help:   "Time from the VMI change that made a hotplug volume desired (its arrival at the agent) to the volume being usable in the launcher, by volume mode; includes waiting for the attachment pod and the kubelet's publish.",
 	}
+	descAttachPhase = Description{
+		Name: "hpmount_attach_phase_seconds", Type: TypeHistogram,
+		Labels: []string{"phase"},
+		Help:   "Phases of one hotplug volume's attach, each from the end of the one before: pod-created (from the VMI change's arrival at the agent to the attachment pod's creationTimestamp), pod-ready (to its Ready condition), publish-seen (to the agent's first attach that found the kubelet's publish), mounted (to the volume usable in the launcher), launcher-ready (to the agent seeing virt-handler's volumeStatus phase Ready); a phase with an unknown or out-of-order end is not observed.",
+	}
 	descQueueDepth = Description{
 		Name: "hpmount_workqueue_depth", Type: TypeGauge,
 		Labels: []string{"queue"},
@@ -147,6 +152,7 @@ var descriptions = []Description{
 	descExpansions,
 	descRefusals,
 	descAttachLatency,
+	descAttachPhase,
 	descMigrations,
 	descGoneChecks,
 	descMigrationReady,

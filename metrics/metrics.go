@@ -38,6 +38,12 @@ var DurationBuckets = []float64{
 // the kubelet's publish, so seconds are normal and minutes a fault.
 var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
+// PhaseBuckets are the buckets of hpmount_attach_phase_seconds: 1ms to 10
+// minutes. A mount takes milliseconds; the phases timed by the API
+// server's and the kubelet's timestamps, which count whole seconds, take
+// seconds, and minutes are a fault.
+var PhaseBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
 // The agent's work queues, by the names the agent gives them.
 const (
 	QueueReconcile = "hpmount"
@@ -78,6 +84,7 @@ type Metrics struct {
 	expansions        *prometheus.CounterVec
 	refusals          *prometheus.CounterVec
 	attachLatency     *prometheus.HistogramVec
+	attachPhase       *prometheus.HistogramVec
 	migrations        *prometheus.CounterVec
 	goneChecks        *prometheus.CounterVec
 	migrationReady    prometheus.Histogram
@@ -122,6 +129,8 @@ func New(version, commit string) *Metrics {
 		refusals:          counterVec(descRefusals),
 		attachLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachLatency.Name, Help: descAttachLatency.Help,
 			Buckets: LatencyBuckets}, descAttachLatency.Labels),
+		attachPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachPhase.Name, Help: descAttachPhase.Help,
+			Buckets: PhaseBuckets}, descAttachPhase.Labels),
 		migrations: counterVec(descMigrations),
 		goneChecks: counterVec(descGoneChecks),
 		migrationReady: prometheus.NewHistogram(prometheus.HistogramOpts{Name: descMigrationReady.Name, Help: descMigrationReady.Help,
@@ -160,6 +169,9 @@ func New(version, commit string) *Metrics {
 	for _, mode := range []string{ModeFilesystem, ModeBlock, ModeDirectory} {
 		m.attachLatency.WithLabelValues(mode)
 	}
+	for _, p := range agent.AttachPhases {
+		m.attachPhase.WithLabelValues(p)
+	}
 	for _, e := range agent.MigrationEvents {
 		m.migrations.WithLabelValues(e)
 	}
@@ -191,6 +203,7 @@ func New(version, commit string) *Metrics {
 		m.expansions,
 		m.refusals,
 		m.attachLatency,
+		m.attachPhase,
 		m.migrations,
 		m.goneChecks,
 		m.migrationReady,
@@ -309,6 +322,15 @@ func (m *Metrics) Expansion(result string) {
 // AttachLatency observes how long a volume took from desired to usable.
 func (m *Metrics) AttachLatency(mode string, d time.Duration) {
 	m.attachLatency.WithLabelValues(normalizeMode(mode)).Observe(d.Seconds())
+}
+
+// AttachPhase observes one phase of one volume's attach. A phase the
+// agent does not know is dropped: the label stays bounded.
+func (m *Metrics) AttachPhase(phase string, d time.Duration) {
+	if !slices.Contains(agent.AttachPhases, phase) {
+		return
+	}
+	m.attachPhase.WithLabelValues(phase).Observe(d.Seconds())
 }
 
 // Migration counts one step of a live migration; the handoff-to-ready

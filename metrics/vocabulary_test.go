@@ -81,6 +81,8 @@ func TestVocabularyDocumented(t *testing.T) {
 		{"docs/metrics.md", lineWith(t, string(readme), "| `hpmount_refusals_total`"), "`", kubevirt.RefusalReasons},
 		{"doc.go", lineWith(t, string(doc), "//\thpmount_migration_events_total"), "", agent.MigrationEvents},
 		{"docs/metrics.md", lineWith(t, string(readme), "| `hpmount_migration_events_total`"), "`", agent.MigrationEvents},
+		{"doc.go", lineWith(t, string(doc), "//\thpmount_attach_phase_seconds"), "", agent.AttachPhases},
+		{"docs/metrics.md", lineWith(t, string(readme), "| `hpmount_attach_phase_seconds`"), "`", agent.AttachPhases},
 		{"ARCHITECTURE.md", paragraphWith(t, string(arch), "- `outcome.Op` ("), "`", words},
 		{"ARCHITECTURE.md", paragraphWith(t, string(arch), "- `kubevirt.RefusalReasons`"), "`", kubevirt.RefusalReasons},
 	} {
@@ -102,6 +104,9 @@ func TestVocabularyPreregistered(t *testing.T) {
 	}
 	if got, want := testutil.CollectAndCount(m.refusals), len(kubevirt.RefusalReasons); got != want {
 		t.Errorf("%d hpmount_refusals_total series, want %d", got, want)
+	}
+	if got, want := testutil.CollectAndCount(m.attachPhase), len(agent.AttachPhases); got != want {
+		t.Errorf("%d hpmount_attach_phase_seconds series, want %d", got, want)
 	}
 	if got, want := testutil.CollectAndCount(m.migrations), len(agent.MigrationEvents); got != want {
 		t.Errorf("%d hpmount_migration_events_total series, want %d", got, want)
