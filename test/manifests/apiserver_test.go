@@ -174,7 +174,7 @@ func TestRBACMinimal(t *testing.T) {
 		{"watch", "kubevirt.io", "virtualmachineinstances", "", true},
 		{"get", "", "persistentvolumeclaims", tenant, true},
 		{"list", "", "persistentvolumeclaims", "", true},
-		{"watch", "", "persistentvolumeclaims", "", true},
+		{"watch", "", "persistentvolumeclaims", "", false},
 		{"update", "", "persistentvolumeclaims", tenant, false},
 		{"create", "", "events", tenant, true},
 		// What it must not be able to do.
