@@ -48,6 +48,11 @@ type Config struct {
 	// GrowTimeout bounds each growth, which runs on a thread of its own
 	// so that a resize on a frozen filesystem stalls no attach.
 	GrowTimeout time.Duration
+	// WholeTable reads the host's whole mountinfo for each batch even
+	// where statmount(2) could read each launcher's mounts alone (Linux
+	// ≥ 6.8): the path older kernels take, kept for tests and as a way
+	// back.
+	WholeTable bool
 }
 
 // GrowPolicy is what Grow may change.

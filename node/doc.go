@@ -5,8 +5,17 @@
 // everything the agent asks of the node, done in the host's mount
 // namespace by the packages that own each part.
 //
-//   - One batch snapshot: the host's mountinfo read once and shared by
-//     every call of a reconcile.
+//   - What is mounted, found one of two ways chosen at New (snapshot.go):
+//     on Linux ≥ 6.8, each call reads its own launcher's hotplug-disks with
+//     statmount(2) and listmount(2) (mountinfo.ReadBeneath), so a change
+//     costs a few syscalls instead of a read of the node's whole table;
+//     where the kernel cannot (mountinfo.ErrNoStatmount) or
+//     Config.WholeTable says so, the host's mountinfo is read once per
+//     batch and shared by every call of a reconcile. A launcher whose
+//     hotplug-disks is a mount of its own is judged from the whole table
+//     either way (read at most once per batch): mount's rule for it needs
+//     every mount of the node. Both give mount and blockdev the same
+//     table entries (TestObservationPathsAgree).
 //   - Filesystem volumes through mount (bind of disk.img, observe, detach,
 //     growth, and creating a missing disk.img when Config.CreateDiskImages
 //     allows); directory volumes (memory-dump, utility) through mount's

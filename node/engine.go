@@ -46,6 +46,9 @@ type Engine struct {
 	sight sightMemo
 	// held remembers the entries QEMU was found not to hold stale.
 	held heldMemo
+	// noStatmount is why each launcher's mounts are not read with
+	// statmount(2) (snapshot.go): nil where they are.
+	noStatmount error
 	// gateMu guards the last propagation verdict.
 	gateMu  sync.Mutex
 	gateAt  time.Time
@@ -81,6 +84,10 @@ func New(c Config) (*Engine, error) {
 	}
 	ns.SetTimeout(c.CallTimeout)
 	growNS.SetTimeout(c.GrowTimeout)
+	noStatmount := errors.New("the engine is configured to read the whole table (Config.WholeTable)")
+	if !c.WholeTable {
+		_, noStatmount = isolation.Call(ns, func() (struct{}, error) { return struct{}{}, mountinfo.CheckStatmount() })
+	}
 	return &Engine{
 		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
 		createImages: c.CreateDiskImages,
@@ -88,7 +95,8 @@ func New(c Config) (*Engine, error) {
 		attacher:     &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
-		nodes: &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
+		nodes:       &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
+		noStatmount: noStatmount,
 	}, nil
 }
 
@@ -171,32 +179,6 @@ func (e *Engine) CheckPropagation(context.Context) error {
 // gateTTL is how long a propagation verdict is kept.
 const gateTTL = 30 * time.Second
 
-type tableSnapshot struct{ t *mountinfo.Table }
-
-func (s tableSnapshot) Entries() int { return s.t.Len() }
-
-func (s tableSnapshot) Unparsed() (int, error) {
-	k := s.t.Skipped()
-	return k.Lines, k.First
-}
-
-func table(s agent.Snapshot) (*mountinfo.Table, error) {
-	ts, ok := s.(tableSnapshot)
-	if !ok || ts.t == nil {
-		return nil, fmt.Errorf("snapshot %T is not a mount table", s)
-	}
-	return ts.t, nil
-}
-
-// Snapshot reads the host's mountinfo once.
-func (e *Engine) Snapshot(ctx context.Context) (agent.Snapshot, error) {
-	t, err := mountinfo.ReadTable(e.host.MountInfo())
-	if err != nil {
-		return nil, err
-	}
-	return tableSnapshot{t}, nil
-}
-
 func hotplugDisks(launcher types.UID) string { return kubelet.HotplugDisksDir(string(launcher)) }
 
 // refusal turns tenant content the node will not touch into the agent's
@@ -219,7 +201,7 @@ func refusal(err error) error {
 // volume must not hide the VMI's others. The listing itself asks nothing
 // of the volumes' filesystems that could hang (mount's lookAt).
 func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
-	t, err := table(s)
+	t, err := e.tableFor(e.ns, s, launcher)
 	if err != nil {
 		return nil, err
 	}
@@ -302,11 +284,11 @@ func (e *Engine) checkFile(launcher types.UID, f mount.Observed, o *agent.Observ
 // it is missing and Config.CreateDiskImages allows), binds a directory
 // volume's PVC root, or makes and allows a block volume's node.
 func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
-	t, err := table(s)
-	if err != nil {
-		return outcome.Unchanged, err
-	}
 	if v.Mode == kubevirt.Block {
+		t, err := e.tableFor(e.ns, s, v.LauncherUID)
+		if err != nil {
+			return outcome.Unchanged, err
+		}
 		r, err := e.attachBlock(t, v)
 		return r, refusal(err)
 	}
@@ -315,6 +297,11 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 	})
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
+	}
+	// The volume's own mount too: a bind's source is checked against it.
+	t, err := e.tableFor(e.ns, s, v.LauncherUID, src)
+	if err != nil {
+		return outcome.Unchanged, err
 	}
 	if v.Mode == kubevirt.Directory {
 		return e.attachDir(t, v, src)
@@ -325,7 +312,7 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 // Detach unmounts and removes a filesystem or directory volume's target,
 // or removes a block node and its cgroup rule.
 func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
-	t, err := table(s)
+	t, err := e.tableFor(e.ns, s, launcher)
 	if err != nil {
 		return outcome.Unchanged, err
 	}

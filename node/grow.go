@@ -96,7 +96,9 @@ func (e *Engine) quickGrow(t *mountinfo.Table, v agent.DesiredVolume) (agent.Gro
 // Grow checks and grows a filesystem volume online; for a block volume it
 // reports the device size.
 func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (agent.GrowResult, error) {
-	t, err := table(s)
+	// Read on growth's own threads: a growth never waits for the attach
+	// and detach runner.
+	t, err := e.tableFor(e.growNS, s, v.LauncherUID)
 	if err != nil {
 		return agent.GrowResult{}, err
 	}

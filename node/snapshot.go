@@ -1,0 +1,107 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mountinfo"
+)
+
+// A batch's snapshot is one of two kinds, chosen at New:
+//
+//   - tableSnapshot: the host's whole mountinfo, read once per batch
+//     (kernels before 6.8, or Config.WholeTable);
+//   - beneathSnapshot: nothing read up front; each call reads what is
+//     mounted in its own launcher's hotplug-disks with statmount(2)
+//     (mountinfo.ReadBeneath), in the host namespace, when it needs it.
+//
+// Both hand mount and blockdev the same *mountinfo.Table entries for the
+// launcher, keyed by the same mount ids (the mountinfo ones, which statx
+// STATX_MNT_ID names), so nothing below the engine knows which one it got.
+
+type tableSnapshot struct{ t *mountinfo.Table }
+
+func (s tableSnapshot) Entries() int { return s.t.Len() }
+
+func (s tableSnapshot) Unparsed() (int, error) {
+	k := s.t.Skipped()
+	return k.Lines, k.First
+}
+
+// beneathSnapshot reads each launcher's mounts when a call needs them. The
+// whole table is read at most once per snapshot, only for a launcher whose
+// hotplug-disks is a mount of its own: mount's rule for that mount (its
+// tmpfs mounted nowhere else on the node) needs every mount of the node.
+type beneathSnapshot struct {
+	once  sync.Once
+	whole *mountinfo.Table
+	err   error
+}
+
+// Entries is 0: no table was read for the batch.
+func (s *beneathSnapshot) Entries() int { return 0 }
+
+func (s *beneathSnapshot) Unparsed() (int, error) { return 0, nil }
+
+// Snapshot reads the host's mountinfo once, or, where statmount(2) works,
+// nothing yet: each call then reads its own launcher's mounts.
+func (e *Engine) Snapshot(ctx context.Context) (agent.Snapshot, error) {
+	if e.noStatmount == nil {
+		return &beneathSnapshot{}, nil
+	}
+	t, err := mountinfo.ReadTable(e.host.MountInfo())
+	if err != nil {
+		return nil, err
+	}
+	return tableSnapshot{t}, nil
+}
+
+// tableFor returns the mounts a call about launcher needs: the batch's
+// table, or what is mounted in the launcher's hotplug-disks now and on the
+// paths of also (relative to the kubelet root, e.g. the volume a bind is
+// made from), read on a thread of ns.
+func (e *Engine) tableFor(ns *isolation.MountNamespace, s agent.Snapshot, launcher types.UID, also ...string) (*mountinfo.Table, error) {
+	switch s := s.(type) {
+	case tableSnapshot:
+		if s.t != nil {
+			return s.t, nil
+		}
+	case *beneathSnapshot:
+		dir := e.root.Abs(hotplugDisks(launcher))
+		paths := make([]string, len(also))
+		for k, p := range also {
+			paths[k] = e.root.Abs(p)
+		}
+		t, err := isolation.Call(ns, func() (*mountinfo.Table, error) { return mountinfo.ReadBeneath(dir, paths...) })
+		if err != nil {
+			return nil, stuck(err)
+		}
+		if top, _ := t.Top(dir); top != nil {
+			return s.wholeTable(e)
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("snapshot %T is not a mount table", s)
+}
+
+func (s *beneathSnapshot) wholeTable(e *Engine) (*mountinfo.Table, error) {
+	s.once.Do(func() { s.whole, s.err = mountinfo.ReadTable(e.host.MountInfo()) })
+	return s.whole, s.err
+}
+
+// Observation names how the engine learns what is mounted: "statmount"
+// (per launcher), or "mountinfo" and why statmount is not used.
+func (e *Engine) Observation() (string, error) {
+	if e.noStatmount == nil {
+		return "statmount", nil
+	}
+	return "mountinfo", e.noStatmount
+}
