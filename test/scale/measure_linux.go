@@ -192,7 +192,7 @@ func (e *env) measureLoadedNode() error {
 	// The idle window comes late: by then a resync wave has run, as on a
 	// node whose agent has been up for a while. Memory is read last, once
 	// everything the agent did on this node counts in its high-water mark.
-	for _, step := range []func(*agent) error{e.measureAttaches, e.measureQEMU, e.measureDiag, e.measureStorm, e.awaitWave, e.measureIdle} {
+	for _, step := range []func(*agent) error{e.measureObservation, e.measureAttaches, e.measureQEMU, e.measureDiag, e.measureStorm, e.awaitWave, e.measureIdle} {
 		if err := step(a); err != nil {
 			return err
 		}
