@@ -191,6 +191,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { a.sweepLoop(ctx) })
 	wg.Go(func() { a.resyncLoop(ctx) })
+	wg.Go(func() { a.watchMounts(ctx) })
 	wg.Go(func() { a.statusWorker(ctx) })
 	// Not waited for: a growth check blocked on a frozen filesystem ends
 	// only at the engine's growth deadline, and shutting down must not
