@@ -240,3 +240,26 @@ func TestClaimFillListsASmallNamespace(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimBeingDeletedIsNotRemembered: a claim being deleted still names
+// its PV, but its name will soon hold another claim, so the next pass
+// reads it again.
+func TestClaimBeingDeletedIsNotRemembered(t *testing.T) {
+	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
+	now := metav1.Now()
+	c := pvc("c1", "pv-1")
+	c.DeletionTimestamp, c.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
+	ta.setClaim(t, c)
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
+	for range 2 {
+		if err := ta.reconcile(context.Background(), testKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, gets := ta.claims.len(), ta.claimCalls("get"); n != 0 || gets != 2 {
+		t.Fatalf("a claim being deleted: %d held, %d GETs for two passes; want 0 and 2", n, gets)
+	}
+	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach hp Filesystem attach-uid/pv-1"}) {
+		t.Fatalf("calls = %v", got)
+	}
+}
