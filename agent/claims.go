@@ -173,11 +173,22 @@ func (c *claimCache) len() int {
 	return len(c.entries)
 }
 
-// prune drops the claims no VMI of the node names and the pods that are
-// gone from the node, so the cache holds what the node uses now.
+// prune drops the claims no VMI of the node names, the pods that are gone
+// from the node, and the namespaces' sizing that no longer holds anything
+// back, so the cache holds what the node uses now.
 func (c *claimCache) prune(named func(key string) bool, podExists func(types.UID) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for ns, t := range c.sized {
+		if c.now().Sub(t) >= fillEvery {
+			delete(c.sized, ns)
+		}
+	}
+	for ns := range c.missed {
+		if _, ok := c.sized[ns]; !ok {
+			delete(c.missed, ns)
+		}
+	}
 	for key, e := range c.entries {
 		if !named(key) {
 			delete(c.entries, key)
