@@ -303,3 +303,18 @@ func timingsText(ts []attachTiming) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// TestAttachPhasesText pins the phases' text in the VolumeMounted Event:
+// hpmount diag reads it back (diag.TestLastAttach, docs/diag.md).
+func TestAttachPhasesText(t *testing.T) {
+	ms := time.Millisecond
+	got := phasesText(attachTiming{Total: 3322 * ms, Phases: []phaseTime{
+		{AttachPhasePodCreated, time.Second}, {AttachPhasePodReady, 2 * time.Second}, {AttachPhasePublishSeen, 310 * ms}, {AttachPhaseMounted, 12*ms + 300*time.Microsecond},
+	}})
+	if want := "attach phases: pod-created 1s, pod-ready 2s, publish-seen 310ms, mounted 12ms (total 3.322s)"; got != want {
+		t.Errorf("phases text %q, want %q", got, want)
+	}
+	if got := phasesText(attachTiming{Total: 2 * time.Second}); got != "attach phases: none known (total 2s)" {
+		t.Errorf("no phase known: %q", got)
+	}
+}

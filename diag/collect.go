@@ -32,7 +32,10 @@ type apiView struct {
 	claims map[string]string
 	// storage is the storage side of the PVs (package storage).
 	storage *storage.View
-	c       Clients
+	// attaches are the last attach of each volume, from its Events; nil
+	// when they could not be listed.
+	attaches *attachEvents
+	c        Clients
 }
 
 // collect lists the VMIs of the node and the pods they refer to.
@@ -71,6 +74,9 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 		return nil, cannotRun("list PersistentVolumeClaims", err)
 	}
 	cl.storage = storage.Collect(ctx, c.Kube, c.Dyn, currentList)
+	if cl.attaches, err = listAttaches(ctx, c.Kube, ns); err != nil {
+		warn(fmt.Sprintf("last attaches not shown: %v", err))
+	}
 	return cl, nil
 }
 

@@ -172,6 +172,16 @@
 // deploy/storage-view), report.storage says so in one note and the run
 // goes on.
 //
+// # Last attach
+//
+// Each volume's last attach the agent timed, phase by phase, is read back
+// from the Events on its VMI (two field-selected lists per run, which
+// need list on events): the phases up to mounted and the total from the
+// agent's VolumeMounted Event, whose message ends with them, and
+// launcher-ready from virt-handler's VolumeReady Event after it, in whole
+// seconds (Event times have no finer grain). An expired or missing Event
+// leaves it out; Events that cannot be listed are a warning.
+//
 // # Exit codes
 //
 // ExitCode(report, err): 0 every volume ok and no orphan, 1 problems found
@@ -200,6 +210,8 @@
 //	                                currentNode, currentMigrationNode,
 //	                                tickets: [{id, type, node, satisfied, message}]},
 //	                     problem}                              (absent when unknown)
+//	           lastAttach: {mounted, totalSeconds,
+//	                        phases: [{phase, seconds, approximate}]}  (absent when unknown)
 //	orphans: - launcherPodUID, launcherPod, name, kind (mount|block-node),
 //	           target, mount, device, verdict (orphan), hint
 //	problems: N
@@ -209,7 +221,8 @@
 // The table format fits 120 columns (NAMESPACE/VMI, VOLUME, MODE, PHASE,
 // VERDICT, SOURCE[FSROOT] truncated in the middle, SIZE = PVC capacity) with
 // the hints below it; wide adds TARGET, MAJ:MIN, PROPAGATION, STACKED,
-// ATTACH-POD, DEVICE/FS/IMG sizes and HINT and is not width-limited. Below
+// ATTACH-POD, DEVICE/FS/IMG sizes, LAST-ATTACH and HINT and is not
+// width-limited. Below
 // the grid, "storage: <note>" when a storage source was not read, and one
 // "storage <ns>/<vmi> <volume>: ..." line per volume with a storage side
 // (VolumeAttachment, Longhorn state/robustness and node, tickets as

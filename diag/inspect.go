@@ -80,6 +80,7 @@ func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.
 		f := &findings{block: hv.Mode == kubevirt.Block}
 		vc := volumeCtx{vmi: vmi, launcher: launcher, hv: hv}
 		fillStatus(&v, hv.Status)
+		v.LastAttach = cl.attaches.of(vmi.UID, hv.Name)
 		switch {
 		case hv.Refused != nil:
 			f.refused = hv.Refused

@@ -66,7 +66,7 @@ func volumeColumns(wide bool) []column {
 	}
 	if wide {
 		cols = append(cols, []column{{head: "TARGET"}, {head: "MAJ:MIN"}, {head: "PROPAGATION"}, {head: "STACKED"},
-			{head: "ATTACH-POD"}, {head: "DEVICE"}, {head: "FS"}, {head: "IMG"}, {head: "HINT"}}...)
+			{head: "ATTACH-POD"}, {head: "DEVICE"}, {head: "FS"}, {head: "IMG"}, {head: "LAST-ATTACH"}, {head: "HINT"}}...)
 	}
 	return cols
 }
@@ -106,7 +106,7 @@ func volumeRow(v *Volume, wide bool) []string {
 		}
 	}
 	return append(row, dash(v.Target), dash(majmin), dash(prop), dash(stacked), dash(attach),
-		human(v.Sizes.BlockDevice), human(v.Sizes.Filesystem), human(v.Sizes.DiskImage), dash(v.Hint))
+		human(v.Sizes.BlockDevice), human(v.Sizes.Filesystem), human(v.Sizes.DiskImage), dash(v.LastAttach.String()), dash(v.Hint))
 }
 
 func renderTable(w io.Writer, r *Report, wide bool) error {

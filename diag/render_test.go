@@ -20,6 +20,10 @@ func sampleReport() *Report {
 			Mode: "Filesystem", Phase: "MountedToPod", Target: long + "vol.img", Verdict: vd,
 			Mount: &MountEntry{Source: "/dev/mapper/myvg1-2979d232-aaaa-bbbb-cccc-0123456789ab", FSRoot: "/disk.img", MajMin: "253:4", Propagation: "shared", Stacked: 1},
 			Sizes: Sizes{PVCCapacity: 10 << 30, BlockDevice: 12 << 30, Filesystem: 10 << 30, DiskImage: 9 << 30}}
+		if vd == OK {
+			v.LastAttach = &LastAttach{Phases: []AttachPhase{{Phase: "pod-created", Seconds: 1}, {Phase: "mounted", Seconds: 0.012},
+				{Phase: "launcher-ready", Seconds: 2, Approximate: true}}, TotalSeconds: 1.012}
+		}
 		if vd != OK {
 			v.Hint = hintFor(vd, &findings{target: v.Target, stacked: 2, propagation: errString("x")})
 		}
@@ -56,7 +60,8 @@ func TestRenderTableFits(t *testing.T) {
 	if err := Render(&b, r, FormatWide); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"TARGET", "MAJ:MIN", "PROPAGATION", "STACKED", "ATTACH-POD", "DEVICE", "HINT", "253:4", "12Gi"} {
+	for _, want := range []string{"TARGET", "MAJ:MIN", "PROPAGATION", "STACKED", "ATTACH-POD", "DEVICE", "LAST-ATTACH", "HINT", "253:4", "12Gi",
+		"pod-created 1s, mounted 12ms, launcher-ready ~2s"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("wide lacks %q", want)
 		}

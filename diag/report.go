@@ -130,6 +130,9 @@ type Volume struct {
 	// VolumeAttachments and its Longhorn volume (package storage); absent
 	// when nothing is known.
 	Storage *storage.Side `json:"storage,omitempty"`
+	// LastAttach is the volume's last attach the agent timed, phase by
+	// phase, from the Events on the VMI; absent when none is known.
+	LastAttach *LastAttach `json:"lastAttach,omitempty"`
 }
 
 // PodRef names a pod; Publishes is set for an attachment pod and says
