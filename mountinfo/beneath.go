@@ -37,7 +37,8 @@ func CheckStatmount() error { return checkStatmount() }
 // mount of the same tmpfs, say) needs ReadTable. It is keyed by the same
 // reused ids as a table read from mountinfo (Info.ID, Info.Parent); the
 // unique ids are in Info.UniqueID and Info.UniqueParent. A dir that does
-// not exist gives an empty table. Where the kernel cannot answer, the
+// not exist, is not a directory or is reached through a symlink gives a
+// table of the paths of also alone. Where the kernel cannot answer, the
 // error wraps ErrNoStatmount.
 func ReadBeneath(dir string, also ...string) (*Table, error) { return readBeneath(dir, also) }
 
@@ -45,3 +46,9 @@ func ReadBeneath(dir string, also ...string) (*Table, error) { return readBeneat
 // would show it, read with statmount(2) in the calling thread's mount
 // namespace.
 func Stat(uniqueID uint64) (Info, error) { return statOne(uniqueID) }
+
+// StatFd returns the mount the open file fd is on (the mount itself when
+// fd is its root, as a tree of open_tree is), read with statx and
+// statmount(2) without asking its filesystem anything. Where the kernel
+// cannot, the error wraps ErrNoStatmount.
+func StatFd(fd int) (Info, error) { return statFd(fd) }

@@ -35,7 +35,9 @@ func readBeneath(dir string, also []string) (*Table, error) {
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
-	if errors.Is(err, unix.ENOENT) {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		// Nothing there, or a path through a symlink: there is no such
+		// directory to describe. Whoever then opens it judges why.
 		return b.table(also)
 	}
 	if err != nil {
@@ -170,4 +172,15 @@ func uniqueID(fd int, name string) (uint64, error) {
 		return 0, fmt.Errorf("%w: statx gave no unique mount id", ErrNoStatmount)
 	}
 	return st.Mnt_id, nil
+}
+
+func statFd(fd int) (Info, error) {
+	if _, err := mask(); err != nil {
+		return Info{}, err
+	}
+	id, err := uniqueID(fd, "")
+	if err != nil {
+		return Info{}, fmt.Errorf("mount of fd %d: %w", fd, err)
+	}
+	return statOne(id)
 }

@@ -261,13 +261,46 @@ func ids(stack []*Info) []int {
 	return out
 }
 
-// TestReadBeneathMissingDir: a launcher without hotplug-disks has nothing
-// mounted there, and the paths of also are still read.
-func TestReadBeneathMissingDir(t *testing.T) {
+// TestReadBeneathNoDir: a launcher without hotplug-disks has nothing
+// mounted there, and neither has a path through a symlink (a tenant's
+// link to a host directory, which the caller's own open then refuses);
+// the paths of also are still read.
+func TestReadBeneathNoDir(t *testing.T) {
 	testutil.RequiresRoot(t)
-	part, err := ReadBeneath(filepath.Join(t.TempDir(), "none"), "/")
-	must(t, err)
-	if part.Len() != 1 || part.Containing("/") == nil {
-		t.Fatalf("ReadBeneath of a missing dir: %+v, want the root mount only", part.Mounts())
+	base := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(base, "host"), 0o755))
+	must(t, os.WriteFile(filepath.Join(base, "file"), nil, 0o644))
+	must(t, os.Symlink(filepath.Join(base, "host"), filepath.Join(base, "link")))
+	for _, dir := range []string{"none", "link", "link/below", "file"} {
+		part, err := ReadBeneath(filepath.Join(base, dir), "/")
+		must(t, err)
+		if part.Len() != 1 || part.Containing("/") == nil {
+			t.Errorf("ReadBeneath of %q: %+v, want the root mount only", dir, part.Mounts())
+		}
 	}
+}
+
+// TestStatFdMatchesTable: the mount an open file is on, from statmount,
+// is the table's entry for it; for a tree of open_tree it is the tree's
+// own mount once attached.
+func TestStatFdMatchesTable(t *testing.T) {
+	n := newBeneathNode(t)
+	target := n.target(t, "a.img")
+	mountOn(t, filepath.Join(n.vol, "disk.img"), target, "", unix.MS_BIND, "")
+	f, err := os.Open(target)
+	must(t, err)
+	defer f.Close()
+	got, err := StatFd(int(f.Fd()))
+	must(t, err)
+	want, _ := mustTable(t).Top(target)
+	if want == nil || got.ID != want.ID || got.Parent != want.Parent || got.Root != want.Root || got.MountPoint != want.MountPoint {
+		t.Fatalf("StatFd = %+v, table %+v", got, want)
+	}
+}
+
+func mustTable(t *testing.T) *Table {
+	t.Helper()
+	tbl, err := ReadTable("/proc/self/mountinfo")
+	must(t, err)
+	return tbl
 }

@@ -21,3 +21,7 @@ func readBeneath(dir string, _ []string) (*Table, error) {
 func statOne(id uint64) (Info, error) {
 	return Info{}, fmt.Errorf("statmount of mount %d: %w: %w", id, ErrNoStatmount, errors.ErrUnsupported)
 }
+
+func statFd(fd int) (Info, error) {
+	return Info{}, fmt.Errorf("mount of fd %d: %w: %w", fd, ErrNoStatmount, errors.ErrUnsupported)
+}

@@ -95,6 +95,10 @@ func (n *observationNode) attachAll(e *Engine) string {
 // hotplug-disks' own mount.
 func (n *observationNode) clean(t *testing.T) {
 	t.Helper()
+	if fi, err := os.Lstat(n.hotplug()); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		must(t, os.Remove(n.hotplug()))
+		must(t, os.Mkdir(n.hotplug(), 0o755))
+	}
 	for unix.Unmount(n.hotplug(), unix.MNT_DETACH) == nil {
 	}
 	entries, err := os.ReadDir(n.hotplug())
@@ -164,6 +168,10 @@ var observationCases = []struct {
 	{"hotplug-disks a memory-medium emptyDir", func(t *testing.T, n *observationNode, e *Engine) {
 		must(t, unix.Mount("tmpfs", n.hotplug(), "tmpfs", 0, "size=4m"))
 		n.attachAll(e)
+	}},
+	{"hotplug-disks a symlink to a host directory", func(t *testing.T, n *observationNode, e *Engine) {
+		must(t, os.Remove(n.hotplug()))
+		must(t, os.Symlink(n.shm, n.hotplug()))
 	}},
 	{"hotplug-disks a bind of a tmpfs mounted elsewhere", func(t *testing.T, n *observationNode, e *Engine) {
 		must(t, unix.Mount(n.shm, n.hotplug(), "", unix.MS_BIND, ""))
