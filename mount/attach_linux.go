@@ -486,7 +486,8 @@ func moveMountPrivate(src, dst *os.File) error {
 	if err := unix.MoveMount(tree, "", int(dst.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("move_mount: %w", err)
 	}
-	return nil
+	// move_mount mounts on whatever is mounted on dst by now.
+	return undoIfLanded(tree, dst)
 }
 
 // makePrivate takes the detached clone out of the peer group it inherited

@@ -12,11 +12,15 @@
 // CreateDiskImage makes a missing disk.img, exclusively, sparse and of
 // KubeVirt's size, when the agent is told to (ErrNoDiskImage otherwise).
 //
-// The kernel's mountinfo is the only record of what is mounted. One scan
-// (mountinfo.Table, read by the caller) serves a whole batch of volumes:
-// this package asks it whether a target is mounted, from which device and
-// root, whether mounts are stacked on it, and whether the mounted file's
-// source is gone.
+// The kernel's mountinfo is the only record of what is mounted. A
+// mountinfo.Table read by the caller (the node's whole table for a batch,
+// or one launcher's mounts from statmount(2)) answers whether a target is
+// mounted, from which device and root, whether mounts are stacked on it,
+// and whether the mounted file's source is gone. Right after each bind's
+// move_mount, statmount says what the new mount landed on: a bind that
+// landed on a mount another mounter made on the target meanwhile is undone
+// at once (ErrLandedOnAnother), before its copy inside the publish mount
+// can stop the volume from being attached again.
 //
 // Grower closes the gap the built-in mounter leaves after an attachment pod
 // is replaced: it finds the filesystem under a launcher's bind by its

@@ -1,0 +1,92 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package mount
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/mountinfo"
+	"github.com/hpmount/hpmount/outcome"
+)
+
+// TestAttachUndoesABindThatLandedOnAnother is the race README "Running
+// beside virt-handler's own mounter" names: another mounter binds disk.img
+// from the publish mount onto the target after the agent's last look and
+// before its move_mount. The agent's bind then lands on that bind, which
+// shares the publish mount's peer group, and propagates onto disk.img
+// inside the publish. The agent must see it right after move_mount (its
+// mount's parent is not the directory's mount), undo it (the unmount
+// propagates to the copy), and leave the other mounter's bind, which its
+// next pass adopts.
+func TestAttachUndoesABindThatLandedOnAnother(t *testing.T) {
+	if err := mountinfo.CheckStatmount(); err != nil {
+		t.Skipf("needs statmount(2) to see where a bind landed: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		attach func(n *node) (outcome.Result, error)
+		target string
+		bind   func(t *testing.T, n *node, target string)
+	}{
+		{"file", func(n *node) (outcome.Result, error) {
+			return n.a.Attach(hostTable(t), hpVolDir, launchDir, "v.img")
+		}, "v.img", func(t *testing.T, n *node, target string) {
+			must(t, unix.Mount(n.path(hpVolDir, "disk.img"), target, "", unix.MS_BIND, ""))
+		}},
+		{"directory", func(n *node) (outcome.Result, error) {
+			return n.a.AttachDir(hostTable(t), hpVolDir, launchDir, "dump")
+		}, "dump", func(t *testing.T, n *node, target string) {
+			must(t, unix.Mount(n.path(hpVolDir), target, "", unix.MS_BIND, ""))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "ext4")
+			target := n.path(launchDir, tc.target)
+			publish := n.path(hpVolDir)
+			if tc.name == "file" {
+				publish = n.path(hpVolDir, "disk.img")
+			}
+			if m := hostTable(t).Containing(n.path(hpVolDir)); m.Shared == 0 {
+				t.Fatalf("the publish mount %+v is not shared: the race needs a peer group", m)
+			}
+			raced := false
+			n.a.BeforeChange = func(step string) {
+				if step == "bind" && !raced {
+					raced = true
+					tc.bind(t, n, target)
+				}
+			}
+			t.Cleanup(func() {
+				for unix.Unmount(target, unix.MNT_DETACH) == nil {
+				}
+			})
+			res, err := tc.attach(n)
+			if !raced {
+				t.Fatal("the other mounter's bind was never made")
+			}
+			if !errors.Is(err, ErrLandedOnAnother) {
+				t.Errorf("attach that raced: %s, %v; want ErrLandedOnAnother", res, err)
+			}
+			tbl := hostTable(t)
+			if stack := tbl.At(target); len(stack) != 1 {
+				t.Errorf("%d mounts on the target after the race, want the other mounter's one", len(stack))
+			}
+			if copies := tbl.At(publish); len(copies) != 0 && (tc.name == "file" || len(copies) != 1) {
+				t.Errorf("%d mounts on %q inside the publish: the bind propagated there and stayed", len(copies), publish)
+			}
+			n.a.BeforeChange = nil
+			res, err = tc.attach(n)
+			if err != nil || res == outcome.Mounted {
+				t.Errorf("the next pass: %s, %v; want the other mounter's bind adopted", res, err)
+			}
+			if _, err := os.Lstat(target); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
