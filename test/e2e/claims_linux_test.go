@@ -5,13 +5,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/pem"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -72,11 +66,11 @@ func TestClaimsScaleWithTheNode(t *testing.T) {
 		t.Logf("created %d more claims in %s", clusterClaims-1000, time.Since(start).Round(time.Second))
 		large = e.claimsAtStart(node, 2, func() {})
 		t.Logf("%d claims: agent received %s", clusterClaims, large)
-		if large.agent.claims != small.agent.claims || large.agent.bytes > small.agent.bytes*3/2 {
+		if small.agent.Distinct != 2 || large.agent.Distinct != 2 || large.agent.Bytes > small.agent.Bytes*3/2 {
 			t.Fatalf("the agent received %s for claims in the large cluster, %s in the small one: it grows with the cluster",
 				large.agent, small.agent)
 		}
-		if large.informer.bytes < 10*small.informer.bytes {
+		if large.informer.Bytes < 10*small.informer.Bytes {
 			t.Fatalf("an informer of every claim received %s, then %s: the clusters differ too little to show anything",
 				small.informer, large.informer)
 		}
@@ -88,7 +82,7 @@ func TestClaimsScaleWithTheNode(t *testing.T) {
 
 // claimTraffic is what the agent and, for comparison, an informer of every
 // claim received for claims.
-type claimTraffic struct{ agent, informer proxyCount }
+type claimTraffic struct{ agent, informer harness.ProxyCount }
 
 func (c claimTraffic) String() string {
 	return fmt.Sprintf("%s (an informer of every claim: %s)", c.agent, c.informer)
@@ -130,7 +124,7 @@ func (e *env) claimsAtStart(node *simnode.Node, want int, ready func()) claimTra
 		}
 		return nil
 	})
-	agent := p.count()
+	agent := p.Count()
 
 	ip := e.startCountingProxy(e.cluster.AdminConfig())
 	kube, err := kubernetes.NewForConfig(ip.config)
@@ -143,8 +137,8 @@ func (e *env) claimsAtStart(node *simnode.Node, want int, ready func()) claimTra
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		e.t.Fatal("claim informer did not sync")
 	}
-	informer := ip.count()
-	informer.claims = len(inf.GetStore().ListKeys())
+	informer := ip.Count()
+	informer.Distinct = len(inf.GetStore().ListKeys())
 	return claimTraffic{agent: agent, informer: informer}
 }
 
@@ -239,98 +233,26 @@ func (e *env) recreateClaim(v *vm, vol simnode.Volume) {
 	v.apply()
 	id := v.waitMounted(renewed)
 	v.roundTrip(e.t, renewed, "recreated-claim")
-	e.t.Logf("mount %d of the old claim's PV, %d of the new one's; agent received %s", old, id, p.count())
+	e.t.Logf("mount %d of the old claim's PV, %d of the new one's; agent received %s", old, id, p.Count())
 }
 
-// countingProxy forwards one client's requests to the API server and
-// counts what the server sent back for claims.
+// countingProxy is a harness.CountingProxy of claims and a kubeconfig
+// through it.
 type countingProxy struct {
-	kubeconfig string
+	*harness.CountingProxy
 	config     *rest.Config
-
-	mu     sync.Mutex
-	bytes  int64
-	reqs   map[string]int // by "GET one", "LIST", "WATCH"
-	claims map[string]bool
+	kubeconfig string
 }
 
-// proxyCount is what a client received for claims: bytes, requests by
-// kind, and distinct claims read by name.
-type proxyCount struct {
-	bytes  int64
-	reqs   map[string]int
-	claims int
-}
-
-func (c proxyCount) String() string {
-	return fmt.Sprintf("%d bytes in %v, %d claims", c.bytes, c.reqs, c.claims)
-}
-
-func (p *countingProxy) count() proxyCount {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	reqs := map[string]int{}
-	for k, v := range p.reqs {
-		reqs[k] = v
-	}
-	return proxyCount{bytes: p.bytes, reqs: reqs, claims: len(p.claims)}
-}
-
-// startCountingProxy starts a proxy to the API server of cfg and writes a
-// kubeconfig with cfg's credentials through it.
+// startCountingProxy starts a proxy to the API server of cfg that counts
+// what it sends for claims, and writes a kubeconfig with cfg's credentials
+// through it.
 func (e *env) startCountingProxy(cfg *rest.Config) *countingProxy {
 	e.t.Helper()
-	upstream, err := url.Parse(cfg.Host)
+	p, err := harness.StartCountingProxy(cfg, "persistentvolumeclaims")
 	e.must(err)
-	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData, CAFile: cfg.CAFile}})
-	e.must(err)
-	p := &countingProxy{reqs: map[string]int{}, claims: map[string]bool{}}
-	rp := httputil.NewSingleHostReverseProxy(upstream)
-	rp.Transport = &http.Transport{TLSClientConfig: tlsCfg}
-	rp.FlushInterval = -1
-	rp.ModifyResponse = func(resp *http.Response) error {
-		path := resp.Request.URL.Path
-		i := strings.Index(path, "/persistentvolumeclaims")
-		if i < 0 {
-			return nil
-		}
-		kind, name := "LIST", strings.TrimPrefix(path[i+len("/persistentvolumeclaims"):], "/")
-		switch {
-		case resp.Request.URL.Query().Get("watch") == "true":
-			kind = "WATCH"
-		case name != "":
-			kind = "GET one"
-		}
-		p.mu.Lock()
-		p.reqs[kind]++
-		if name != "" {
-			p.claims[path] = true
-		}
-		p.mu.Unlock()
-		resp.Body = &countedBody{ReadCloser: resp.Body, p: p}
-		return nil
-	}
-	srv := httptest.NewUnstartedServer(rp)
-	srv.StartTLS()
-	e.root.Cleanup(srv.Close)
-	c := rest.CopyConfig(cfg)
-	c.Host = srv.URL
-	c.TLSClientConfig = rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}
-	p.config = c
-	p.kubeconfig = filepath.Join(e.root.TempDir(), "counted.kubeconfig")
-	e.must(cluster.WriteKubeconfig(p.kubeconfig, c))
-	return p
-}
-
-type countedBody struct {
-	io.ReadCloser
-	p *countingProxy
-}
-
-func (b *countedBody) Read(buf []byte) (int, error) {
-	n, err := b.ReadCloser.Read(buf)
-	b.p.mu.Lock()
-	b.p.bytes += int64(n)
-	b.p.mu.Unlock()
-	return n, err
+	e.root.Cleanup(func() { _ = p.Close() })
+	c := &countingProxy{CountingProxy: p, config: p.Config(cfg), kubeconfig: filepath.Join(e.root.TempDir(), "counted.kubeconfig")}
+	e.must(cluster.WriteKubeconfig(c.kubeconfig, c.config))
+	return c
 }
