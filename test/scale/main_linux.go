@@ -45,6 +45,9 @@ type options struct {
 	heapProfile string
 	steps       string
 	qemuVMIs    int
+	// clusterClaims is how many claims the cluster holds for the claim
+	// rows (claims_linux.go).
+	clusterClaims int
 }
 
 func parseFlags() options {
@@ -67,7 +70,8 @@ func parseFlags() options {
 	flag.DurationVar(&o.settle, "settle", time.Minute, "time with nothing changing before the settled RSS is read")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "save the agent's CPU profile of the idle window here (runs the agent with --profiling)")
 	flag.IntVar(&o.qemuVMIs, "qemu-launchers", 20, "VMIs of the loaded node whose launcher runs a real QEMU for the VMI-change-to-QEMU row (0: skip)")
-	flag.StringVar(&o.steps, "steps", "fresh,cold,loaded,big", "measurements to run, in this order")
+	flag.StringVar(&o.steps, "steps", "fresh,cold,claims,loaded,big", "measurements to run, in this order")
+	flag.IntVar(&o.clusterClaims, "cluster-claims", 20000, "claims in the cluster for the claim rows, the node's included")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the agent's heap profile after the idle window here (runs the agent with --profiling)")
 	flag.Func("agent-arg", "one more argument for the agent (repeatable), e.g. --agent-arg=--profiling", func(s string) error {
 		o.agentArgs = append(o.agentArgs, s)

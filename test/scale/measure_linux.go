@@ -37,6 +37,7 @@ func (e *env) measureAll() error {
 	}{
 		{"fresh", "fresh attach", e.measureFreshAttach},
 		{"cold", "cold start", e.measureColdStart},
+		{"claims", "claims of a large cluster", e.measureClaims},
 		{"loaded", "loaded node", e.measureLoadedNode},
 		{"big", fmt.Sprintf("%d VMIs", e.opts.bigVMIs), e.measureBig},
 	}
