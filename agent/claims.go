@@ -36,12 +36,14 @@ import (
 // through an attachment pod it was not read for. A claim that is not
 // bound, not found, or being deleted is not remembered: it is read again
 // on every pass that needs it. What brings such a pass is what brought a
-// claim's update before, without a watch of claims: the attachment pod
-// cannot start until its claim is bound and published on the node, so its
-// status update wakes the VMI (the pod informer), virt-controller moves the
-// volume's status phase when the claim binds (the VMI informer), the
-// failed pass is retried with the queue's backoff, and every VMI is
-// reconciled once per resync period.
+// claim's update before, without a watch of claims: virt-controller writes
+// an attachment pod's UID into the volume's status only once the pod's
+// container is ready (updateVolumeStatus in pkg/virt-controller/watch/vmi),
+// which the kubelet allows only once the claim is bound and published, and
+// it moves the volume's phase from Pending to Bound when the claim binds:
+// both are VMI updates, as is the pod's own status on this node. A pass
+// that still finds the claim unbound is retried with the queue's backoff,
+// and every VMI is reconciled once per resync period.
 //
 // A node starting with hundreds of VMIs would send one GET per claim at
 // once, and the client's rate limit (50 a second) would set the pace: a
