@@ -10,9 +10,9 @@
 // costs, memory, diag, a storm of changes, what the agent receives for
 // claims in a cluster of 20,000 claims beside an informer of every claim,
 // and the time from a VMI change to a real QEMU's open of the disk in its
-// launcher), checks that the node
-// ends correct (every target mounted once, every block node right, no
-// changing syscall on a restart), and writes BENCHMARKS.md.
+// launcher), checks that the node ends correct (every target mounted once,
+// every block node right, no changing syscall on a restart), and writes
+// BENCHMARKS.md.
 //
 // It runs as root, re-executed in a private mount namespace so that
 // nothing it mounts reaches the machine.
