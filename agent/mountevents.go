@@ -32,14 +32,18 @@ type MountWatcher interface {
 	WatchMounts(ctx context.Context, changed func(MountChange)) error
 }
 
-// mountEventHold is how soon a launcher's mount events enqueue its VMI
-// again after they last did. The agent's own attaches and detaches are
-// reported too, so each of its changing passes is followed by one pass
-// that finds nothing to do and changes nothing; the hold bounds a fight
-// with another mounter (one that stacks again what the agent peeled) to
-// a pass at the first event and one at the end of the hold, per VMI and
-// hold, never a loop at the speed of events.
-const mountEventHold = time.Second
+// The agent's own attaches and detaches are reported too, so each of its
+// changing passes is followed by one pass that finds nothing to do and
+// changes nothing. A fight with another mounter (one that stacks again at
+// once what the agent peeled) would loop at the speed of events; each VMI
+// therefore has a bucket of mountEventBurst passes, refilled one per
+// mountEventRefill, and an event that finds it empty enqueues the VMI for
+// when the next pass is due, once. An occasional foreign change is
+// repaired at once; a fight costs at most four passes a second per VMI.
+const (
+	mountEventBurst  = 8
+	mountEventRefill = 250 * time.Millisecond
+)
 
 // watchMounts runs the engine's mount watcher, if it has one, until ctx
 // ends. The resync stays the safety net: a watcher that is unsupported or
@@ -49,7 +53,7 @@ func (a *Agent) watchMounts(ctx context.Context) {
 	if !ok {
 		return
 	}
-	h := &mountHolds{last: map[string]time.Time{}}
+	h := &mountHolds{}
 	err := w.WatchMounts(ctx, func(c MountChange) { a.mountsChanged(h, c, time.Now()) })
 	switch {
 	case ctx.Err() != nil:
@@ -76,9 +80,11 @@ func (a *Agent) mountsChanged(h *mountHolds, c MountChange, now time.Time) {
 	for _, l := range c.Launchers {
 		a.snaps.touched(l)
 		for _, key := range a.vmiKeysForLauncher(l) {
-			if wait := h.admit(key, now); wait == 0 {
+			switch wait, ok := h.admit(key, now); {
+			case !ok:
+			case wait == 0:
 				a.queue.Add(key)
-			} else if wait > 0 {
+			default:
 				a.queue.AddAfter(key, wait)
 			}
 		}
@@ -105,36 +111,54 @@ func (a *Agent) vmiKeysForLauncher(l types.UID) []string {
 	return keys
 }
 
-// mountHolds remembers when mount events last enqueued each VMI key.
+// mountHolds holds each VMI key's bucket of event-driven passes.
 type mountHolds struct {
-	mu      sync.Mutex
-	last    map[string]time.Time
-	pending map[string]bool
+	mu   sync.Mutex
+	keys map[string]*mountHold
 }
 
-// admit says when an event at now may enqueue key: 0 for now, the rest
-// of the hold if key was enqueued less than a hold ago (once: a key
-// already due at the end of its hold returns -1, nothing more to add).
-func (h *mountHolds) admit(key string, now time.Time) time.Duration {
+// mountHold is one key's bucket: tokens as of at, and when a pass already
+// enqueued for later is due.
+type mountHold struct {
+	tokens float64
+	at     time.Time
+	due    time.Time
+}
+
+// admit says whether an event at now enqueues key, and after how long: at
+// once while the bucket has a pass, when the next one is due otherwise,
+// and not at all while such a later pass is still waiting.
+func (h *mountHolds) admit(key string, now time.Time) (time.Duration, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for k, t := range h.last {
-		if now.Sub(t) >= mountEventHold {
-			delete(h.last, k)
-			delete(h.pending, k)
+	if h.keys == nil {
+		h.keys = map[string]*mountHold{}
+	}
+	for k, b := range h.keys {
+		// A full bucket with nothing due is the same as none.
+		if k != key && b.fill(now) >= mountEventBurst && !now.Before(b.due) {
+			delete(h.keys, k)
 		}
 	}
-	t, held := h.last[key]
-	switch {
-	case !held:
-		h.last[key] = now
-		return 0
-	case h.pending[key]:
-		return -1
+	b := h.keys[key]
+	if b == nil {
+		b = &mountHold{tokens: mountEventBurst, at: now}
+		h.keys[key] = b
 	}
-	if h.pending == nil {
-		h.pending = map[string]bool{}
+	if now.Before(b.due) {
+		return 0, false
 	}
-	h.pending[key] = true
-	return mountEventHold - now.Sub(t)
+	b.tokens = b.fill(now) - 1
+	b.at = now
+	if b.tokens >= 0 {
+		return 0, true
+	}
+	wait := time.Duration(-b.tokens * float64(mountEventRefill))
+	b.due = now.Add(wait)
+	return wait, true
+}
+
+// fill is the bucket's tokens at now.
+func (b *mountHold) fill(now time.Time) float64 {
+	return min(mountEventBurst, b.tokens+float64(now.Sub(b.at))/float64(mountEventRefill))
 }

@@ -79,7 +79,7 @@ func TestForeignUnmountRepairedByEvent(t *testing.T) {
 func TestMountChangesEnqueue(t *testing.T) {
 	ta := standardAgent(t, func(c *Config) { c.ResyncPeriod = time.Hour })
 	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}))
-	h := &mountHolds{last: map[string]time.Time{}}
+	h := &mountHolds{}
 	now := time.Now()
 	take := func() []string {
 		var keys []string
@@ -102,7 +102,7 @@ func TestMountChangesEnqueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	ta.stateFor(testKey, "vmi-uid").launchers = map[types.UID]bool{launcherUID: true}
-	h = &mountHolds{last: map[string]time.Time{}}
+	h = &mountHolds{}
 	ta.mountsChanged(h, MountChange{Launchers: []types.UID{launcherUID}}, now)
 	if got := take(); !slices.Equal(got, []string{testKey}) {
 		t.Errorf("a gone launcher's change enqueued %v, want %s from the remembered state", got, testKey)
@@ -113,26 +113,34 @@ func TestMountChangesEnqueue(t *testing.T) {
 	}
 }
 
-// TestMountHoldsBoundAFight: events for one VMI enqueue it at once, then
-// at most once more at the end of the hold, however many arrive.
+// TestMountHoldsBoundAFight: events for one VMI enqueue it at once while
+// its bucket lasts, then once for when the next pass is due however many
+// arrive meanwhile; another VMI is not held back, and a pause refills.
 func TestMountHoldsBoundAFight(t *testing.T) {
-	h := &mountHolds{last: map[string]time.Time{}}
+	h := &mountHolds{}
 	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for i := range mountEventBurst {
+		if wait, ok := h.admit("a", t0); !ok || wait != 0 {
+			t.Fatalf("event %d of a burst: %s, %t; want at once", i, wait, ok)
+		}
+	}
+	ms := time.Millisecond
 	for _, tc := range []struct {
-		key  string
-		at   time.Duration
-		want time.Duration
+		key    string
+		at     time.Duration
+		wait   time.Duration
+		queued bool
 	}{
-		{"a", 0, 0},
-		{"b", 0, 0},
-		{"a", 100 * time.Millisecond, mountEventHold - 100*time.Millisecond},
-		{"a", 200 * time.Millisecond, -1},
-		{"a", 900 * time.Millisecond, -1},
-		{"a", mountEventHold, 0},
-		{"b", 2 * mountEventHold, 0},
+		{"a", 0, mountEventRefill, true},
+		{"a", 100 * ms, 0, false}, // already due later
+		{"b", 100 * ms, 0, true},
+		{"a", 250 * ms, mountEventRefill, true}, // the pass due took the refill
+		{"a", 500*ms + mountEventRefill*mountEventBurst, 0, true},
 	} {
-		if got := h.admit(tc.key, t0.Add(tc.at)); got != tc.want {
-			t.Errorf("%s at %s: %s, want %s", tc.key, tc.at, got, tc.want)
+		wait, ok := h.admit(tc.key, at(tc.at))
+		if wait != tc.wait || ok != tc.queued {
+			t.Errorf("%s at %s: %s, %t; want %s, %t", tc.key, tc.at, wait, ok, tc.wait, tc.queued)
 		}
 	}
 }

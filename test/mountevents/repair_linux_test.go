@@ -1,0 +1,226 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package mountevents
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/internal/testutil"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
+	"github.com/hpmount/hpmount/mountwatch"
+	"github.com/hpmount/hpmount/node"
+)
+
+func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
+
+// host is the test's own mount namespace, standing for the node's.
+var host = isolation.Host{Proc: "/proc", PID: os.Getpid()}
+
+// watchingEngine gives the node engine the mount events of mountwatch,
+// as node.Engine's own WatchMounts does when it has one.
+type watchingEngine struct{ *node.Engine }
+
+func (e watchingEngine) WatchMounts(ctx context.Context, changed func(agent.MountChange)) error {
+	w, err := mountwatch.Open(host, e.KubeletRoot())
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for {
+		c, err := w.Next(ctx)
+		if err != nil {
+			return err
+		}
+		mc := agent.MountChange{Lost: c.Lost}
+		for _, l := range c.Launchers {
+			mc.Launchers = append(mc.Launchers, types.UID(l))
+		}
+		changed(mc)
+	}
+}
+
+// attempts hands the test every attach the agent made, as it is reported.
+type attempts struct {
+	agent.NopObserver
+	attach chan string
+}
+
+func (o *attempts) OpAttempt(op, result string, _ time.Duration) {
+	if op == "attach" {
+		o.attach <- result
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publish makes a kubelet root where the attachment pod publishes claim
+// c1's PV and the launcher has its hotplug-disks, and returns the root
+// and the target of volume hp.
+func publish(t *testing.T) (string, string) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	src := filepath.Join(root, kubelet.VolumesDir(string(kt.AttachUID)), "kubernetes.io~csi", "pv-1", "mount")
+	dir := filepath.Join(root, kubelet.HotplugDisksDir(string(kt.LauncherUID)))
+	for _, d := range []string{src, dir} {
+		must(t, os.MkdirAll(d, 0o755))
+	}
+	must(t, os.WriteFile(filepath.Join(src, "disk.img"), make([]byte, 1<<20), 0o644))
+	target := filepath.Join(dir, kubelet.TargetName("hp"))
+	t.Cleanup(func() {
+		for unix.Unmount(target, unix.MNT_DETACH) == nil {
+		}
+	})
+	return root, target
+}
+
+// startAgent runs the agent with the real engine behind the watcher, a
+// resync of an hour, until the test ends, and waits for its first attach.
+func startAgent(t *testing.T, root string, obs *attempts) {
+	eng, err := node.New(node.Config{Host: host, KubeletRoot: root,
+		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
+	must(t, err)
+	t.Cleanup(eng.Close)
+	kube := kubefake.NewClientset(kt.PVC("c1", "pv-1"), kt.Launcher(), kt.AttachmentPod())
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{kubevirt.VMIResource: "VirtualMachineInstanceList"},
+		kt.VMIObject(kt.Vol{Name: "hp", Claim: "c1", AttachUID: kt.AttachUID}))
+	cfg := agent.DefaultConfig()
+	cfg.NodeName, cfg.HealthAddress, cfg.MetricsAddress, cfg.Observer = kt.Node, "", "", obs
+	cfg.ResyncPeriod = time.Hour
+	a, err := agent.New(cfg, kube, dyn, watchingEngine{eng})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); must(t, <-done) })
+	if r := waitAttach(t, obs); r != "mounted" {
+		t.Fatalf("first attach: %s", r)
+	}
+}
+
+// waitAttach returns the result of the agent's next attach that changed
+// something. The deadline only detects a hang: without events the next
+// pass would be the resync, an hour away.
+func waitAttach(t *testing.T, obs *attempts) string {
+	t.Helper()
+	hang := time.After(time.Minute)
+	for {
+		select {
+		case r := <-obs.attach:
+			if r != "unchanged" {
+				return r
+			}
+		case <-hang:
+			t.Fatal("no repair within a minute: the event path did not wake the agent")
+		}
+	}
+}
+
+// mountCount is how many mounts are stacked on path, from the test's
+// mount table.
+func mountCount(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	n := 0
+	for _, line := range slices.Collect(splitLines(b)) {
+		var id, parent int
+		var dev, rootDir, mp string
+		if _, err := fmt.Sscanf(line, "%d %d %s %s %s", &id, &parent, &dev, &rootDir, &mp); err == nil && mp == path {
+			n++
+		}
+	}
+	return n
+}
+
+func splitLines(b []byte) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for len(b) > 0 {
+			i := slices.Index(b, '\n')
+			if i < 0 {
+				i = len(b)
+			}
+			if !yield(string(b[:i])) {
+				return
+			}
+			b = b[min(i+1, len(b)):]
+		}
+	}
+}
+
+// TestForeignChangesRepairedByEvents: with the resync an hour away, a
+// target unmounted by someone else is mounted again, and a mount stacked
+// on it is peeled, each on the kernel's mount event. The time from the
+// foreign change to the agent's report of the repair is logged.
+//
+// The changes come at the pace of incidents, one every paceOfIncidents:
+// the agent bounds a faster fight with another mounter to a few passes a
+// second per VMI (agent.MountWatcher), which a back-to-back loop here
+// would measure instead of the event path.
+func TestForeignChangesRepairedByEvents(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, target := publish(t)
+	obs := &attempts{attach: make(chan string, 16)}
+	startAgent(t, root, obs)
+	foreign := filepath.Join(root, "foreign.img")
+	must(t, os.WriteFile(foreign, nil, 0o644))
+
+	const rounds = 20
+	var unmounted, stacked []time.Duration
+	pace := time.NewTicker(paceOfIncidents)
+	defer pace.Stop()
+	for range rounds {
+		<-pace.C
+		start := time.Now()
+		must(t, unix.Unmount(target, 0))
+		waitAttach(t, obs)
+		unmounted = append(unmounted, time.Since(start))
+		if n := mountCount(t, target); n != 1 {
+			t.Fatalf("after the unmount was repaired, %d mounts on the target", n)
+		}
+
+		<-pace.C
+		start = time.Now()
+		must(t, unix.Mount(foreign, target, "", unix.MS_BIND, ""))
+		waitAttach(t, obs)
+		stacked = append(stacked, time.Since(start))
+		if n := mountCount(t, target); n != 1 {
+			t.Fatalf("after the stacked mount was repaired, %d mounts on the target", n)
+		}
+	}
+	t.Logf("foreign unmount to repair: %s", summary(unmounted))
+	t.Logf("stacked mount to repair: %s", summary(stacked))
+}
+
+// paceOfIncidents spaces the foreign changes of the test.
+const paceOfIncidents = 500 * time.Millisecond
+
+func summary(d []time.Duration) string {
+	slices.Sort(d)
+	return fmt.Sprintf("%d rounds, median %s, p90 %s, max %s", len(d),
+		d[len(d)/2].Round(10*time.Microsecond), d[len(d)*9/10].Round(10*time.Microsecond), d[len(d)-1].Round(10*time.Microsecond))
+}
