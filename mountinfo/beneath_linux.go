@@ -64,9 +64,31 @@ func readBeneath(dir string, also []string) (*Table, error) {
 	return b.table(also)
 }
 
-// entry adds the mounts stacked on dir/name.
+// entryTries bounds how often one entry is read again because a mount on
+// it went away between the statx that named it and its statmount.
+const entryTries = 8
+
+// entry adds the mounts stacked on dir/name. A mount unmounted while it
+// is read (another mounter's unmount, racing) makes the entry be read
+// again from the top.
 func (b *beneath) entry(fd int, dirID uint64, dir, name string) error {
+	for try := 1; ; try++ {
+		err := b.entryOnce(fd, dirID, dir, name)
+		if !errors.Is(err, unix.ENOENT) || try == entryTries {
+			return err
+		}
+	}
+}
+
+// afterLookup, when set, runs between an entry's statx and the
+// statmounts that follow it: tests unmount there, as a racing mounter does.
+var afterLookup func(name string)
+
+func (b *beneath) entryOnce(fd int, dirID uint64, dir, name string) error {
 	id, err := uniqueID(fd, name)
+	if afterLookup != nil {
+		afterLookup(name)
+	}
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return nil // removed since the listing
@@ -107,7 +129,9 @@ func (b *beneath) at(parent uint64, where string) error {
 			if sm.str(*b.buf, smMntPoint, sm.mntPoint) != where {
 				continue
 			}
-			if _, err := b.stat(c); err != nil {
+			if _, err := b.stat(c); errors.Is(err, unix.ENOENT) {
+				continue // unmounted since
+			} else if err != nil {
 				return err
 			}
 			next = c

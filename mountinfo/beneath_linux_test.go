@@ -304,3 +304,25 @@ func mustTable(t *testing.T) *Table {
 	must(t, err)
 	return tbl
 }
+
+// TestReadBeneathRacingUnmount: a mount unmounted between the statx that
+// named it and its statmount (virt-handler unplugging while the engine
+// looks) is read again, not a failed read of the whole launcher.
+func TestReadBeneathRacingUnmount(t *testing.T) {
+	n := newBeneathNode(t)
+	p := n.target(t, "a.img")
+	mountOn(t, filepath.Join(n.vol, "disk.img"), p, "", unix.MS_BIND, "")
+	mountOn(t, filepath.Join(n.vol, "disk.img"), p, "", unix.MS_BIND, "")
+	raced := 0
+	afterLookup = func(name string) {
+		if name == "a.img" && raced == 0 {
+			raced++
+			must(t, unix.Unmount(p, 0))
+		}
+	}
+	t.Cleanup(func() { afterLookup = nil })
+	compareBeneath(t, n.hp, n.vol)
+	if raced != 1 {
+		t.Fatal("the unmount never raced the read")
+	}
+}
