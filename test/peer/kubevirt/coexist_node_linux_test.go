@@ -226,11 +226,20 @@ func countTraced(t *testing.T, path string) int {
 	must(t, err)
 	c := 0
 	for _, l := range strings.Split(string(b), "\n") {
-		if l != "" && !strings.Contains(l, "resumed>") && !strings.Contains(l, "<detached") && !strings.Contains(l, "+++") && !strings.Contains(l, "---") {
+		if l != "" && !strings.Contains(l, "resumed>") && !strings.Contains(l, "<detached") && !strings.Contains(l, "+++") && !strings.Contains(l, "---") &&
+			!readOnlyUnnamed(l) {
 			c++
 		}
 	}
 	return c
+}
+
+// readOnlyUnnamed is a line of statmount(2) or listmount(2) (457, 458),
+// which the engine reads one launcher's mounts with: strace 6.1 has no
+// name for them and prints them whatever the -e trace filter says. They
+// change nothing.
+func readOnlyUnnamed(line string) bool {
+	return strings.Contains(line, "syscall_0x1c9(") || strings.Contains(line, "syscall_0x1ca(")
 }
 
 // computeID is a launcher's compute container ID.
