@@ -6,6 +6,7 @@ package mountwatch
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,33 +19,46 @@ type mountEvent struct {
 	ID   uint64
 }
 
+// Offsets of the fields read in place (TestABI holds the structures to
+// the kernel's layout): a burst of pod starts is thousands of events.
+var (
+	meta    unix.FanotifyEventMetadata
+	infoMnt fanotifyEventInfoMnt
+)
+
+const (
+	offEventLen    = unsafe.Offsetof(meta.Event_len)
+	offVers        = unsafe.Offsetof(meta.Vers)
+	offMetadataLen = unsafe.Offsetof(meta.Metadata_len)
+	offEventMask   = unsafe.Offsetof(meta.Mask)
+	offInfoType    = unsafe.Offsetof(infoMnt.Hdr) + unsafe.Offsetof(infoMnt.Hdr.InfoType)
+	offInfoLen     = unsafe.Offsetof(infoMnt.Hdr) + unsafe.Offsetof(infoMnt.Hdr.Len)
+	offInfoMntID   = unsafe.Offsetof(infoMnt.MntID)
+)
+
 // parseEvents decodes what one read of a FAN_REPORT_MNT group returned.
 // A record it cannot read ends the buffer with an error: the kernel writes
 // whole events, so a short or malformed one is a bug, never guessed at.
 func parseEvents(b []byte) ([]mountEvent, error) {
 	var out []mountEvent
+	ne := binary.NativeEndian
 	for len(b) > 0 {
 		if len(b) < unix.FAN_EVENT_METADATA_LEN {
 			return out, fmt.Errorf("fanotify event of %d bytes is shorter than its metadata", len(b))
 		}
-		var m unix.FanotifyEventMetadata
-		if _, err := binary.Decode(b[:unix.FAN_EVENT_METADATA_LEN], binary.NativeEndian, &m); err != nil {
-			return out, fmt.Errorf("decode fanotify metadata: %w", err)
-		}
+		evLen, metaLen := int(ne.Uint32(b[offEventLen:])), int(ne.Uint16(b[offMetadataLen:]))
 		switch {
-		case m.Vers != unix.FANOTIFY_METADATA_VERSION:
-			return out, fmt.Errorf("fanotify metadata version %d, want %d", m.Vers, unix.FANOTIFY_METADATA_VERSION)
-		case int(m.Event_len) > len(b) || int(m.Metadata_len) > int(m.Event_len) || m.Metadata_len < unix.FAN_EVENT_METADATA_LEN:
-			return out, fmt.Errorf("fanotify event length %d (metadata %d) does not fit %d bytes", m.Event_len, m.Metadata_len, len(b))
+		case b[offVers] != unix.FANOTIFY_METADATA_VERSION:
+			return out, fmt.Errorf("fanotify metadata version %d, want %d", b[offVers], unix.FANOTIFY_METADATA_VERSION)
+		case evLen > len(b) || metaLen > evLen || metaLen < unix.FAN_EVENT_METADATA_LEN:
+			return out, fmt.Errorf("fanotify event length %d (metadata %d) does not fit %d bytes", evLen, metaLen, len(b))
 		}
-		ev := mountEvent{Mask: m.Mask}
-		id, err := mountIDOf(b[m.Metadata_len:m.Event_len])
+		id, err := mountIDOf(b[metaLen:evLen])
 		if err != nil {
 			return out, err
 		}
-		ev.ID = id
-		out = append(out, ev)
-		b = b[m.Event_len:]
+		out = append(out, mountEvent{Mask: ne.Uint64(b[offEventMask:]), ID: id})
+		b = b[evLen:]
 	}
 	return out, nil
 }
@@ -53,24 +67,20 @@ func parseEvents(b []byte) ([]mountEvent, error) {
 // none (an overflow event carries none).
 func mountIDOf(info []byte) (uint64, error) {
 	for len(info) > 0 {
-		var h fanotifyEventInfoHeader
-		if _, err := binary.Decode(info, binary.NativeEndian, &h); err != nil {
-			return 0, fmt.Errorf("decode fanotify info header: %w", err)
+		if len(info) < int(unsafe.Sizeof(fanotifyEventInfoHeader{})) {
+			return 0, fmt.Errorf("fanotify info record of %d bytes is shorter than its header", len(info))
 		}
-		if int(h.Len) > len(info) || h.Len < 4 {
-			return 0, fmt.Errorf("fanotify info record of %d bytes does not fit %d", h.Len, len(info))
+		n := int(binary.NativeEndian.Uint16(info[offInfoLen:]))
+		if n > len(info) || n < int(unsafe.Sizeof(fanotifyEventInfoHeader{})) {
+			return 0, fmt.Errorf("fanotify info record of %d bytes does not fit %d", n, len(info))
 		}
-		if h.InfoType == unix.FAN_EVENT_INFO_TYPE_MNT {
-			var r fanotifyEventInfoMnt
-			if h.Len < fanotifyInfoMntSize {
-				return 0, fmt.Errorf("fanotify mount record of %d bytes, want %d", h.Len, fanotifyInfoMntSize)
+		if info[offInfoType] == unix.FAN_EVENT_INFO_TYPE_MNT {
+			if n < fanotifyInfoMntSize {
+				return 0, fmt.Errorf("fanotify mount record of %d bytes, want %d", n, fanotifyInfoMntSize)
 			}
-			if _, err := binary.Decode(info[:fanotifyInfoMntSize], binary.NativeEndian, &r); err != nil {
-				return 0, fmt.Errorf("decode fanotify mount record: %w", err)
-			}
-			return r.MntID, nil
+			return binary.NativeEndian.Uint64(info[offInfoMntID:]), nil
 		}
-		info = info[h.Len:]
+		info = info[n:]
 	}
 	return 0, nil
 }

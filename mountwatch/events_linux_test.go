@@ -93,9 +93,9 @@ func TestParseMountPoint(t *testing.T) {
 		{"short", make([]byte, 100), "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseMountPoint(tc.in)
-			if got != tc.want || (err != nil) != tc.wantErr {
-				t.Errorf("parseMountPoint = %q, %v; want %q, error %t", got, err, tc.want, tc.wantErr)
+			b, err := parseMountPoint(tc.in)
+			if got := string(b); got != tc.want || (err != nil) != tc.wantErr {
+				t.Errorf("parseMountPoint = %q, %v; want %q, error %t", b, err, tc.want, tc.wantErr)
 			}
 		})
 	}

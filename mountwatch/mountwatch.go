@@ -28,22 +28,43 @@ type Change struct {
 // Empty reports whether the change names nothing.
 func (c Change) Empty() bool { return len(c.Launchers) == 0 && !c.Lost }
 
+// hotplugRel is a launcher's hotplug-disks relative to its pod directory,
+// as package kubelet names it.
+var hotplugRel = func() string {
+	const uid = "uid"
+	rel, _ := strings.CutPrefix(kubelet.HotplugDisksDir(uid), path.Join(kubelet.PodsDir, uid)+"/")
+	return rel
+}()
+
 // launcherOf returns the pod UID whose hotplug-disks the mount point
 // concerns: a mount on hotplug-disks or beneath it, or one on a directory
-// between the pod's directory and hotplug-disks, which hides it. pods is
-// the kubelet's pods directory as the namespace spells mount points.
-func launcherOf(pods, mountPoint string) (string, bool) {
-	rel, ok := strings.CutPrefix(mountPoint, pods+"/")
-	if !ok {
+// between the pod's directory and hotplug-disks, which hides it.
+// podsSlash is the kubelet's pods directory as the namespace spells mount
+// points, and a slash. It allocates only for a mount it keeps: a node's
+// every mount is passed through it at start.
+func launcherOf[S ~string | ~[]byte](podsSlash string, mountPoint S) (string, bool) {
+	if len(mountPoint) <= len(podsSlash) || string(mountPoint[:len(podsSlash)]) != podsSlash {
 		return "", false
 	}
-	uid, _, _ := strings.Cut(rel, "/")
-	if isolation.ValidName("pod uid", uid, maxUIDLen) != nil {
+	rel := mountPoint[len(podsSlash):]
+	uid, rest := rel, rel[:0]
+	for i := range len(rel) {
+		if rel[i] == '/' {
+			uid, rest = rel[:i], rel[i+1:]
+			break
+		}
+	}
+	n := len(rest)
+	switch {
+	case n == 0:
+	case n == len(hotplugRel) && string(rest) == hotplugRel:
+	case n > len(hotplugRel) && rest[len(hotplugRel)] == '/' && string(rest[:len(hotplugRel)]) == hotplugRel:
+	case n < len(hotplugRel) && hotplugRel[n] == '/' && hotplugRel[:n] == string(rest):
+	default:
 		return "", false
 	}
-	dir := path.Join(pods, strings.TrimPrefix(kubelet.HotplugDisksDir(uid), kubelet.PodsDir+"/"))
-	if mountPoint == dir || strings.HasPrefix(mountPoint, dir+"/") || strings.HasPrefix(dir, mountPoint+"/") {
-		return uid, true
+	if isolation.ValidName("pod uid", string(uid), maxUIDLen) != nil {
+		return "", false
 	}
-	return "", false
+	return string(uid), true
 }

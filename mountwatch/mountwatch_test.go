@@ -24,10 +24,14 @@ func TestLauncherOf(t *testing.T) {
 		{"/var/lib/kubelet/podsX/u1", ""},
 		{"/mnt" + hp, ""},
 		{pods + "/../etc", ""},
+		{pods + "/", ""},
 	} {
-		got, ok := launcherOf(pods, tc.mountPoint)
+		got, ok := launcherOf(pods+"/", tc.mountPoint)
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("launcherOf(%q) = %q, %t; want %q", tc.mountPoint, got, ok, tc.want)
+		}
+		if got, _ := launcherOf(pods+"/", []byte(tc.mountPoint)); got != tc.want {
+			t.Errorf("launcherOf of bytes %q = %q, want %q", tc.mountPoint, got, tc.want)
 		}
 	}
 }

@@ -48,8 +48,9 @@ func listMounts(ns uint64) ([]uint64, error) {
 var errGone = errors.New("the mount no longer exists")
 
 // mountPoint returns where mount id of namespace ns is mounted, as the
-// namespace's root sees it. buf is reused between calls.
-func mountPoint(ns, id uint64, buf *[]byte) (string, error) {
+// namespace's root sees it, in buf, which is reused between calls: the
+// answer is valid until the next one.
+func mountPoint(ns, id uint64, buf *[]byte) ([]byte, error) {
 	req := mntIDReq{Size: mntIDReqSizeVer1, MntID: id, Param: statmountMntPoint, MntNsID: ns}
 	for {
 		_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
@@ -59,34 +60,43 @@ func mountPoint(ns, id uint64, buf *[]byte) (string, error) {
 			*buf = make([]byte, 2*len(*buf))
 			continue
 		case errno == unix.ENOENT:
-			return "", errGone
+			return nil, errGone
 		case errno != 0:
-			return "", fmt.Errorf("statmount of mount %d: %w", id, errno)
+			return nil, fmt.Errorf("statmount of mount %d: %w", id, errno)
 		}
 		return parseMountPoint(*buf)
 	}
 }
 
-// parseMountPoint reads the mount point out of a struct statmount.
-func parseMountPoint(b []byte) (string, error) {
+// Offsets of the fields of struct statmount read; TestABI holds
+// statmountFixed to the kernel's layout. They are read in place: a
+// node's every mount is asked at start, and decoding the whole structure
+// each time cost more than the syscall.
+const (
+	offSize     = unsafe.Offsetof(statmountFixed{}.Size)
+	offMask     = unsafe.Offsetof(statmountFixed{}.Mask)
+	offMntPoint = unsafe.Offsetof(statmountFixed{}.MntPoint)
+)
+
+// parseMountPoint returns the mount point in a struct statmount, a slice
+// of b.
+func parseMountPoint(b []byte) ([]byte, error) {
 	if len(b) < statmountStr {
-		return "", fmt.Errorf("statmount answer of %d bytes is shorter than its fixed part", len(b))
+		return nil, fmt.Errorf("statmount answer of %d bytes is shorter than its fixed part", len(b))
 	}
-	var s statmountFixed
-	if _, err := binary.Decode(b[:statmountStr], binary.NativeEndian, &s); err != nil {
-		return "", fmt.Errorf("decode statmount: %w", err)
+	if binary.NativeEndian.Uint64(b[offMask:])&statmountMntPoint == 0 {
+		return nil, errors.New("statmount did not report the mount point")
 	}
-	if s.Mask&statmountMntPoint == 0 {
-		return "", errors.New("statmount did not report the mount point")
-	}
-	end := min(int(s.Size), len(b))
-	at := statmountStr + int(s.MntPoint)
+	size := binary.NativeEndian.Uint32(b[offSize:])
+	point := binary.NativeEndian.Uint32(b[offMntPoint:])
+	end := min(int(size), len(b))
+	at := statmountStr + int(point)
 	if at >= end {
-		return "", fmt.Errorf("statmount mount point offset %d is beyond its %d bytes", s.MntPoint, s.Size)
+		return nil, fmt.Errorf("statmount mount point offset %d is beyond its %d bytes", point, size)
 	}
 	str := b[at:end]
 	if i := bytes.IndexByte(str, 0); i >= 0 {
 		str = str[:i]
 	}
-	return string(str), nil
+	return str, nil
 }

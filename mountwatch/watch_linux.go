@@ -20,9 +20,11 @@ import (
 // Watcher reports mount changes under launchers' hotplug-disks in one
 // mount namespace. Next is called from one goroutine at a time.
 type Watcher struct {
-	fan  *os.File // the fanotify group, non-blocking, in Go's poller
-	ns   uint64   // the namespace's id for statmount and listmount
-	pods string   // the kubelet's pods directory, as mount points spell it
+	fan *os.File // the fanotify group, non-blocking, in Go's poller
+	ns  uint64   // the namespace's id for statmount and listmount
+	// podsSlash is the kubelet's pods directory, as mount points spell
+	// it, and a slash: the prefix of every mount kept.
+	podsSlash string
 	// launchers holds the launcher of each mount that concerns one, by
 	// unique mount id: a detach event names only the id.
 	launchers map[uint64]string
@@ -40,7 +42,7 @@ func Open(host isolation.Host, root kubelet.Root) (*Watcher, error) {
 		return nil, fmt.Errorf("open mount namespace %q: %w", host.MountNamespace(), err)
 	}
 	defer ns.Close()
-	w := &Watcher{pods: root.Abs(kubelet.PodsDir), buf: make([]byte, 8<<10), events: make([]byte, 64<<10)}
+	w := &Watcher{podsSlash: root.Abs(kubelet.PodsDir) + "/", buf: make([]byte, 8<<10), events: make([]byte, 64<<10)}
 	if w.ns, err = mountNamespaceID(int(ns.Fd())); err != nil {
 		return nil, unsupported(fmt.Errorf("mount namespace %q: %w", host.MountNamespace(), err))
 	}
@@ -96,7 +98,7 @@ func (w *Watcher) learn(id uint64) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	uid, ok := launcherOf(w.pods, mp)
+	uid, ok := launcherOf(w.podsSlash, mp)
 	if ok {
 		w.launchers[id] = uid
 	}

@@ -23,11 +23,11 @@ func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
 // node is a kubelet root on a tmpfs of its own in the test's private
 // mount namespace, which stands for the host's.
 type node struct {
-	t    *testing.T
+	t    testing.TB
 	root kubelet.Root
 }
 
-func newNode(t *testing.T) *node {
+func newNode(t testing.TB) *node {
 	testutil.RequiresRoot(t)
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
@@ -54,15 +54,19 @@ func (n *node) bind(rel string) string {
 	return target
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
+// testHost is the test's private mount namespace, standing for the
+// host's.
+func testHost() isolation.Host { return isolation.Host{Proc: "/proc", PID: os.Getpid()} }
+
 func open(t *testing.T, n *node) *Watcher {
-	w, err := Open(isolation.Host{Proc: "/proc", PID: os.Getpid()}, n.root)
+	w, err := Open(testHost(), n.root)
 	must(t, err)
 	t.Cleanup(func() { _ = w.Close() })
 	return w
