@@ -112,6 +112,10 @@ func (w *Watcher) Tracked() int { return len(w.launchers) }
 // everything one read returned at once. It returns ctx's error when ctx
 // is done.
 func (w *Watcher) Next(ctx context.Context) (Change, error) {
+	// A deadline left by an earlier call's context would end this one.
+	if err := w.fan.SetReadDeadline(time.Time{}); err != nil {
+		return Change{}, fmt.Errorf("clear the deadline of fanotify reads: %w", err)
+	}
 	stop := context.AfterFunc(ctx, func() { _ = w.fan.SetReadDeadline(time.Now()) })
 	defer stop()
 	for {

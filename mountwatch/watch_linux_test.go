@@ -143,12 +143,17 @@ func TestWatcherMove(t *testing.T) {
 }
 
 // TestNextEndsWithContext: a watcher with nothing to report returns when
-// its context ends.
+// its context ends, and reports again under the next one.
 func TestNextEndsWithContext(t *testing.T) {
-	w := open(t, newNode(t))
+	n := newNode(t)
+	w := open(t, n)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, err := w.Next(ctx); err != context.Canceled {
 		t.Errorf("Next on a cancelled context: %v", err)
+	}
+	n.bind(hotplug("launcher-a", "disk0.img"))
+	if c := next(t, w); !reflect.DeepEqual(c, Change{Launchers: []string{"launcher-a"}}) {
+		t.Errorf("change after a cancelled Next %+v, want launcher-a", c)
 	}
 }
