@@ -97,3 +97,29 @@ func TestAttachLatency(t *testing.T) {
 		t.Fatalf("adopted volume measured: %v %v, %v", adopted.got, adopted.phases, err)
 	}
 }
+
+// TestTrimKeepsAttachTimes: the pod cache keeps what the attach phases
+// are timed by, an attachment pod's creationTimestamp and Ready
+// condition, and no other condition of any pod.
+func TestTrimKeepsAttachTimes(t *testing.T) {
+	created, ready := metav1.NewTime(time.Now().Add(-2*time.Second)), metav1.NewTime(time.Now().Add(-time.Second))
+	conds := []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: created, Message: "scheduled"},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: ready, Message: "ready"},
+	}
+	out, err := TrimPod(attachmentPod(func(p *corev1.Pod) { p.CreationTimestamp, p.Status.Conditions = created, conds }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(*corev1.Pod)
+	if !created.Equal(&p.CreationTimestamp) || !readyAt(p).Equal(ready.Time) || len(p.Status.Conditions) != 1 || p.Status.Conditions[0].Message != "" {
+		t.Fatalf("trimmed attachment pod: created %v, conditions %+v; want %v and only Ready at %v", p.CreationTimestamp, p.Status.Conditions, created, ready)
+	}
+	out, err = TrimPod(launcherPod(func(p *corev1.Pod) { p.Status.Conditions = conds }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := out.(*corev1.Pod); len(p.Status.Conditions) != 0 {
+		t.Fatalf("trimmed launcher keeps conditions %+v", p.Status.Conditions)
+	}
+}

@@ -20,7 +20,9 @@ import (
 // TrimPod keeps a pod's identity, labels, owners and deletion, its node
 // and volume names (with whether each is an emptyDir), its phase, whether
 // each container has terminated, and the ID of a launcher's compute
-// container (its device rules go to that container's cgroup).
+// container (its device rules go to that container's cgroup); its
+// creationTimestamp and, of an attachment pod, when it turned Ready: the
+// attach phases are timed by them (summarize_latency.go).
 func TrimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -30,9 +32,17 @@ func TrimPod(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			Labels: p.Labels, OwnerReferences: p.OwnerReferences, DeletionTimestamp: p.DeletionTimestamp,
+			CreationTimestamp: p.CreationTimestamp,
 		},
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	if p.Labels[kubevirt.LabelApp] == kubevirt.AppHotplugDisk {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
+			}
+		}
 	}
 	for _, v := range p.Spec.Volumes {
 		kept := corev1.Volume{Name: v.Name}
