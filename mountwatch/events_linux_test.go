@@ -100,3 +100,22 @@ func TestParseMountPoint(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyDetachesAndLosses: a detach names the launcher the map holds
+// for its id and forgets it; an unknown id names nothing; an overflow is
+// reported as lost events, never as a guess at launchers.
+func TestApplyDetachesAndLosses(t *testing.T) {
+	w := &Watcher{launchers: map[uint64]string{1: "a", 2: "b", 3: "a"}}
+	c := w.apply([]mountEvent{
+		{unix.FAN_MNT_DETACH, 1},
+		{unix.FAN_MNT_DETACH, 3},
+		{unix.FAN_Q_OVERFLOW, 0},
+		{unix.FAN_MNT_DETACH, 99},
+	})
+	if want := (Change{Launchers: []string{"a"}, Lost: true}); !reflect.DeepEqual(c, want) {
+		t.Errorf("change %+v, want %+v", c, want)
+	}
+	if want := map[uint64]string{2: "b"}; !reflect.DeepEqual(w.launchers, want) {
+		t.Errorf("map after the detaches %v, want %v", w.launchers, want)
+	}
+}
