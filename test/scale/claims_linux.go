@@ -6,8 +6,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,8 +70,8 @@ func (e *env) measureClaims() error {
 	cl := fmt.Sprintf("%d claims in the cluster, %d on the node", e.opts.clusterClaims, node)
 	e.report.add(row{what: "claims: bytes the agent received at start, " + cl, unit: "KiB",
 		runs: []float64{kib(got.Bytes)}, target: kib(small.Bytes),
-		note: fmt.Sprintf("requests %v; target: what an informer of every claim receives with only the node's %d claims in the cluster; "+
-			"that informer (the agent before #23) received %s KiB in this cluster, %.0f× the agent's", got.Requests, node,
+		note: fmt.Sprintf("%s; target: what an informer of every claim receives with only the node's %d claims in the cluster; "+
+			"that informer (the agent before #23) received %s KiB in this cluster, %.0f× the agent's", requests(got.Requests), node,
 			num(kib(large.Bytes)), float64(large.Bytes)/float64(got.Bytes))})
 	e.report.add(row{what: "claims: different claims the agent received at start (it keeps those its attachment pods name), " + cl,
 		unit: "claims", runs: []float64{float64(got.Distinct)}, target: float64(small.Distinct),
@@ -85,6 +88,15 @@ func (e *env) measureClaims() error {
 }
 
 func kib(b int64) float64 { return float64(b) / 1024 }
+
+// requests says how many requests of each kind, e.g. "4 GET, 3 LIST".
+func requests(byKind map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
+		parts = append(parts, fmt.Sprintf("%d %s", byKind[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // agentClaims starts the agent through a counting proxy and returns what
 // it received for claims until every volume was verified, and how long
