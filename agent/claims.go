@@ -5,7 +5,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -230,11 +232,71 @@ func (c *claimCache) endFill(ns string) {
 	delete(c.filling, ns)
 }
 
-// fill lists namespace ns, if it holds at most fillFactor times the
+// resolver reads the PVs of needs (claim name → attachment pods), the
+// claims of namespace ns one pass wants: from the cache, else by a list of
+// the namespace when many are missing (nsNeeds says what the node's VMIs
+// want of it), else by one GET each. The resolver it returns reads only
+// what was read here, so decide makes no API call.
+func (c *claimCache) resolver(ctx context.Context, ns string, needs map[string][]types.UID, nsNeeds func() map[string][]types.UID) pvResolver {
+	results := make(map[string]claimResult, len(needs))
+	missing := c.fromCache(ns, needs, results)
+	if len(missing) > 0 {
+		c.fillIfDue(ctx, ns, len(missing), nsNeeds)
+		missing = c.fromCache(ns, needs, results)
+	}
+	for _, claim := range missing {
+		results[claim] = c.read(ctx, ns, claim, needs[claim])
+	}
+	return func(ns, claim string) (string, error) {
+		if claim == "" {
+			return "", errors.New("volume names no claim")
+		}
+		r, ok := results[claim]
+		if !ok { // no attachment pod of this node named it above
+			r = c.read(ctx, ns, claim, nil)
+		}
+		return r.pv, r.err
+	}
+}
+
+// fromCache puts the claims of needs that the cache holds for their pods
+// into results and returns the others.
+func (c *claimCache) fromCache(ns string, needs map[string][]types.UID, results map[string]claimResult) []string {
+	var missing []string
+	for claim, pods := range needs {
+		if pv, ok := c.cached(ns, claim, pods); ok {
+			results[claim] = claimResult{pv: pv}
+		} else {
+			missing = append(missing, claim)
+		}
+	}
+	slices.Sort(missing)
+	return missing
+}
+
+// fillIfDue lists namespace ns into the cache when n more missing claims
+// make it due, or waits for such a list in flight.
+func (c *claimCache) fillIfDue(ctx context.Context, ns string, n int, nsNeeds func() map[string][]types.UID) {
+	due, wait := c.startFill(ns, n)
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return
+	}
+	if !due {
+		return
+	}
+	defer c.endFill(ns)
+	c.listNamespace(ctx, ns, nsNeeds())
+}
+
+// listNamespace lists namespace ns, if it holds at most fillFactor times the
 // claims of wanted (claim name → attachment pods), and remembers those of
 // wanted found bound in it. A failed list changes nothing: the claims are
 // then read one by one.
-func (c *claimCache) fill(ctx context.Context, ns string, wanted map[string][]types.UID) {
+func (c *claimCache) listNamespace(ctx context.Context, ns string, wanted map[string][]types.UID) {
 	ctx, cancel := context.WithTimeout(ctx, claimReadTimeout)
 	defer cancel()
 	if n, ok := c.size(ctx, ns); !ok || n > int64(fillFactor*len(wanted)) {

@@ -82,7 +82,7 @@ func TestClaimNeeds(t *testing.T) {
 			if tt.mut != nil {
 				tt.mut(vmi)
 			}
-			got := claimNeeds(vmi, pods)
+			got := kubevirt.ClaimPods(vmi, pods)
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Fatalf("needs = %v, want %v", got, tt.want)
 			}

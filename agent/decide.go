@@ -166,6 +166,7 @@ func (st *vmiState) clone() *vmiState {
 	c.capacity = maps.Clone(st.capacity)
 	c.warned = maps.Clone(st.warned)
 	c.wanted = maps.Clone(st.wanted)
+	c.attach = maps.Clone(st.attach)
 	return &c
 }
 

@@ -17,15 +17,16 @@ import (
 // world in which its remembered launchers want nothing.
 func (a *Agent) reconcile(ctx context.Context, key string) error {
 	start := time.Now()
-	w, err := a.readWorld(key, start)
-	if err != nil {
-		return a.report(passReport{Key: key, Started: start, Errs: []error{err}})
+	pass := passReport{Key: key}
+	if w, err := a.readWorld(key, start); err != nil {
+		pass.Errs = []error{err}
+	} else {
+		d := decide(w)
+		o := a.observe(ctx, d)
+		plans := planPass(d, o)
+		done := a.applyPass(ctx, o.Snap, plans)
+		pass = summarizePass(d, o, done)
 	}
-	d := decide(w)
-	o := a.observe(ctx, d)
-	plans := planPass(d, o)
-	done := a.applyPass(ctx, o.Snap, plans)
-	pass := summarizePass(d, o, done)
 	pass.Started = start
 	return a.report(pass)
 }

@@ -153,7 +153,6 @@ func summarizePass(d decision, o observation, done passApplied) passReport {
 		return r
 	}
 	r.State = d.State.clone()
-	r.State.attach = maps.Clone(d.State.attach)
 	r.Parts = append(r.Parts, summary{Events: d.Events})
 	if d.Gone {
 		r.gone(d, o, done)
@@ -287,7 +286,7 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 		VMI: d.VMI, Intents: d.Intents, Observed: o.Launcher.Volumes, Applied: done.Done[d.Launcher.UID],
 		ReportVolumeStatus: d.WriteStatus, LastCapacity: maps.Clone(st.capacity),
 	})
-	r.Attaches = timeAttaches(st, d, o.Launcher.Volumes, &s, done.Done[d.Launcher.UID], done.Finished)
+	part := len(r.Parts)
 	r.Parts = append(r.Parts, s)
 	if d.Target {
 		r.targetReady(d, s, done.Finished)
@@ -299,6 +298,9 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 		r.Status = s.Status
 	}
 	r.Errs = append(r.Errs, s.Errs...)
+	noteWanted(st, d.Intents, o.Launcher.Volumes, d.Arrived)
+	// Last, as it names the phases in the part's VolumeMounted Events.
+	r.Attaches = timeAttaches(st, d, &r.Parts[part], done.Done[d.Launcher.UID], done.Finished)
 }
 
 // targetReady sends MigrationTargetReady once per migration, when every

@@ -46,16 +46,14 @@ type phaseTime struct {
 // which hpmount diag reads back (docs/diag.md "Last attach").
 const attachPhasesMarker = "attach phases: "
 
-// timeAttaches measures the attaches of the served launcher's volumes.
-// It starts the measure of each volume desired and not usable yet
-// (noteWanted), records when an attach first found the kubelet's publish,
-// and at the pass that made a volume usable returns its total and phases
-// up to mounted, and names them in its VolumeMounted Event; a later pass
-// that sees the launcher's Ready returns the last phase. finished is when
-// the pass's engine calls returned, arrived when the VMI change the pass
-// reconciles arrived.
-func timeAttaches(st *vmiState, d decision, observed []ObservedVolume, s *summary, done []applied, finished time.Time) []attachTiming {
-	noteWanted(st, d.Intents, observed, d.Arrived)
+// timeAttaches measures the attaches of the served launcher's volumes,
+// each from the start noteWanted gave it. It records when an attach first
+// found the kubelet's publish, and at the pass that made a volume usable
+// returns its total and phases up to mounted, and names them in its
+// VolumeMounted Event in s; a later pass that sees the launcher's Ready
+// returns the last phase. finished is when the pass's engine calls
+// returned.
+func timeAttaches(st *vmiState, d decision, s *summary, done []applied, finished time.Time) []attachTiming {
 	var out []attachTiming
 	for i := range d.Intents {
 		it := &d.Intents[i]

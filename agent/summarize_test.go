@@ -263,7 +263,8 @@ func TestSummarizeAttachPhases(t *testing.T) {
 				if p.result == outcome.Mounted {
 					s.normal("hp", EventVolumeMounted, "Volume hp has been mounted in virt-launcher pod (mounted)")
 				}
-				got := timeAttaches(st, d, observed, &s, done, at(p.finished))
+				noteWanted(st, d.Intents, observed, d.Arrived)
+				got := timeAttaches(st, d, &s, done, at(p.finished))
 				if text := timingsText(got); text != p.want {
 					t.Errorf("pass %d: timed %q, want %q", i, text, p.want)
 				}

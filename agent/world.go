@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/hpmount/hpmount/kubevirt"
@@ -62,7 +63,8 @@ func (a *Agent) readWorld(key string, now time.Time) (world, error) {
 		w.VMI, w.DecodeErr = kubevirt.DecodeVMI(u)
 	}
 	if w.VMI != nil {
-		w.Claims = a.claimResolver(context.Background(), w.VMI)
+		needs := kubevirt.ClaimPods(w.VMI, a)
+		w.Claims = a.claims.resolver(context.Background(), ns, needs, func() map[string][]types.UID { return a.namespaceNeeds(ns) })
 	}
 	a.mu.Lock()
 	if st, ok := a.states[key]; ok {

@@ -5,6 +5,7 @@ package kubevirt
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -205,9 +206,7 @@ func judgeVolume(vmi *VMI, name, claim string, dir bool, launcher *corev1.Pod, p
 		if oh, err := info.Overhead(); err == nil {
 			hv.FilesystemOverhead = oh
 		}
-		if info != nil && info.ClaimName != "" && claim == "" {
-			hv.Claim = info.ClaimName
-		}
+		hv.Claim = claimOf(claim, st)
 		dir = dir || st.MemoryDumpVolume != nil
 	}
 	switch {
@@ -235,6 +234,45 @@ func judgeVolume(vmi *VMI, name, claim string, dir bool, launcher *corev1.Pod, p
 		}
 	}
 	return hv
+}
+
+// claimOf is the claim of a hotplug volume: the spec's, else the one its
+// status names.
+func claimOf(spec string, st *VolumeStatus) string {
+	if spec == "" && st != nil && st.PersistentVolumeClaimInfo != nil {
+		return st.PersistentVolumeClaimInfo.ClaimName
+	}
+	return spec
+}
+
+// ClaimPods maps the claim of each hotplug volume of vmi to the attachment
+// pods that pods holds and that carry it: the one its volume status names
+// and the migration target's. A claim with no such pod yet is left out: no
+// volume of it can be attached. It is what a node needs to read of the
+// VMI's claims.
+func ClaimPods(vmi *VMI, pods PodLookup) map[string][]types.UID {
+	out := map[string][]types.UID{}
+	add := func(claim string, uid types.UID) {
+		if claim == "" || uid == "" || slices.Contains(out[claim], uid) {
+			return
+		}
+		if _, ok := pods.PodByUID(uid); ok {
+			out[claim] = append(out[claim], uid)
+		}
+	}
+	var target types.UID
+	if m := vmi.Status.MigrationState; m != nil {
+		target = m.TargetAttachmentPodUID
+	}
+	for _, nc := range vmi.Spec.HotplugClaims() {
+		st := vmi.Status.VolumeStatusByName(nc.Name)
+		claim := claimOf(nc.Claim, st)
+		if st != nil && st.HotplugVolume != nil {
+			add(claim, st.HotplugVolume.AttachPodUID)
+		}
+		add(claim, target)
+	}
+	return out
 }
 
 // Hotpluggable reports whether the volume is hotpluggable and the claim
