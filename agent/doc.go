@@ -39,7 +39,9 @@
 //     status writer (status.go).
 //
 // The orphan sweep (orphans.go) belongs to no VMI and runs in a loop and
-// queue of its own.
+// queue of its own. An Engine that is also a MountWatcher (mountevents.go)
+// wakes the VMI of a launcher whose mounts someone changed, so a foreign
+// unmount or stack is repaired at once; the resync stays the safety net.
 //
 // Its informers wait out an unreachable API server through one gate
 // (gate.go) instead of client-go's backoff, and are released over a

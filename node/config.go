@@ -53,6 +53,10 @@ type Config struct {
 	// ≥ 6.8): the path older kernels take, kept for tests and as a way
 	// back.
 	WholeTable bool
+	// MountEvents lets WatchMounts report mount changes as they happen
+	// (Linux ≥ 6.15), so that a foreign change to a target is repaired at
+	// once rather than at the next resync.
+	MountEvents bool
 }
 
 // GrowPolicy is what Grow may change.
@@ -78,6 +82,7 @@ func DefaultConfig() Config {
 		LauncherDir: kubevirt.HotplugDisksMountPath,
 		UID:         107,
 		GID:         107,
+		MountEvents: true,
 		Grow:        GrowPolicy{Filesystems: true},
 		CallTimeout: 30 * time.Second,
 		GrowTimeout: 10 * time.Minute,

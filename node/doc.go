@@ -27,6 +27,10 @@
 //     table; every kubelet path through kubelet, with the kubelet
 //     root resolved once, in the host namespace, at New.
 //   - The agent's readiness gate (CheckPropagation) on that same root.
+//   - Mount changes as they happen (WatchMounts, agent.MountWatcher),
+//     through mountwatch on the host namespace and that same root, when
+//     Config.MountEvents allows and the kernel has mount notifications;
+//     the agent's resync is the path otherwise.
 //
 // It translates engine errors at its own boundary, so that the agent
 // imports none of mount, blockdev or isolation: tenant content the node

@@ -49,6 +49,8 @@ type Engine struct {
 	// noStatmount is why each launcher's mounts are not read with
 	// statmount(2) (snapshot.go): nil where they are.
 	noStatmount error
+	// mountEvents lets WatchMounts run (mountevents.go).
+	mountEvents bool
 	// gateMu guards the last propagation verdict.
 	gateMu  sync.Mutex
 	gateAt  time.Time
@@ -90,9 +92,9 @@ func New(c Config) (*Engine, error) {
 	}
 	return &Engine{
 		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
-		createImages: c.CreateDiskImages,
-		view:         propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
-		attacher:     &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
+		createImages: c.CreateDiskImages, mountEvents: c.MountEvents,
+		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
+		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
 		nodes:       &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},

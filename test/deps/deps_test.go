@@ -31,12 +31,12 @@ var rules = []rule{
 	{[]string{"mountinfo"}, []string{"..."}, "mountinfo parses the kernel's mount table; it imports nothing of the project"},
 	{[]string{"propagation"}, []string{"mount"}, "propagation reads mount tables through mountinfo, never through the mounting code"},
 	{[]string{"mount"}, []string{"kubelet", "kubevirt"}, "mount makes and reads the targets it is told of; the kubelet package names them, through node"},
-	{[]string{"mount", "mountinfo", "blockdev", "kubelet", "kubevirt", "outcome", "propagation", "isolation", "podcgroup"},
+	{[]string{"mount", "mountinfo", "mountwatch", "blockdev", "kubelet", "kubevirt", "outcome", "propagation", "isolation", "podcgroup"},
 		[]string{"agent", "diag", "metrics", "node", "cmd/..."}, "the node-side building blocks never reach up to the control loop, diag or metrics"},
 	{[]string{"kubelet"}, []string{"mount", "mountinfo", "blockdev", "kubevirt", "propagation"}, "kubelet knows paths, not what is done with them"},
 	{[]string{"kubevirt"}, []string{"mount", "blockdev", "propagation"}, "kubevirt judges objects; it never touches the node"},
 	{[]string{"diag"}, []string{"agent", "node", "metrics"}, "diag shares rules with the agent through kubevirt and kubelet, never through the controller"},
-	{[]string{"agent"}, []string{"mount", "mountinfo", "blockdev", "node", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
+	{[]string{"agent"}, []string{"mount", "mountinfo", "mountwatch", "blockdev", "node", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
 	{[]string{"..."}, []string{"cmd/..."}, "nothing imports a command"},
 }
 

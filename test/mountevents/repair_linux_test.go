@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -26,7 +25,6 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
-	"github.com/hpmount/hpmount/mountwatch"
 	"github.com/hpmount/hpmount/node"
 )
 
@@ -34,29 +32,6 @@ func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
 
 // host is the test's own mount namespace, standing for the node's.
 var host = isolation.Host{Proc: "/proc", PID: os.Getpid()}
-
-// watchingEngine gives the node engine the mount events of mountwatch,
-// as node.Engine's own WatchMounts does when it has one.
-type watchingEngine struct{ *node.Engine }
-
-func (e watchingEngine) WatchMounts(ctx context.Context, changed func(agent.MountChange)) error {
-	w, err := mountwatch.Open(host, e.KubeletRoot())
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	for {
-		c, err := w.Next(ctx)
-		if err != nil {
-			return err
-		}
-		mc := agent.MountChange{Lost: c.Lost}
-		for _, l := range c.Launchers {
-			mc.Launchers = append(mc.Launchers, types.UID(l))
-		}
-		changed(mc)
-	}
-}
 
 // attempts hands the test every attach the agent made, as it is reported.
 type attempts struct {
@@ -102,7 +77,8 @@ func publish(t *testing.T) (string, string) {
 // hour, or without it and with the resync given.
 func startAgent(t *testing.T, root string, obs *attempts, watch bool, resync time.Duration) {
 	eng, err := node.New(node.Config{Host: host, KubeletRoot: root,
-		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
+		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107,
+		MountEvents: watch})
 	must(t, err)
 	t.Cleanup(eng.Close)
 	kube := kubefake.NewClientset(kt.PVC("c1", "pv-1"), kt.Launcher(), kt.AttachmentPod())
@@ -112,11 +88,7 @@ func startAgent(t *testing.T, root string, obs *attempts, watch bool, resync tim
 	cfg := agent.DefaultConfig()
 	cfg.NodeName, cfg.HealthAddress, cfg.MetricsAddress, cfg.Observer = kt.Node, "", "", obs
 	cfg.ResyncPeriod = resync
-	var engine agent.Engine = eng
-	if watch {
-		engine = watchingEngine{eng}
-	}
-	a, err := agent.New(cfg, kube, dyn, engine)
+	a, err := agent.New(cfg, kube, dyn, eng)
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
