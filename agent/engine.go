@@ -122,7 +122,9 @@ var ErrStuck = errors.New("the node call did not finish within its deadline and 
 // Snapshot is one read of the host mount table, shared by every call of a
 // batch so that a batch costs one mountinfo scan.
 type Snapshot interface {
-	// Entries is the number of mounts read, for metrics.
+	// Entries is the number of mounts read, for metrics; 0 when the
+	// snapshot read no table because each call reads its own launcher's
+	// mounts (statmount), so that no scan is reported.
 	Entries() int
 	// Unparsed is how many lines of the table could not be parsed and
 	// were left out, and why the first one could not.

@@ -114,7 +114,8 @@ type snapshotRead struct {
 
 // snapshotFor returns a mount-table snapshot that is current for the
 // launchers given: the shared one when it is, a new read otherwise, which
-// it returns too.
+// it returns too unless it read no table (each call then reads its own
+// launcher's mounts, and there is no scan to report).
 func (a *Agent) snapshotFor(ctx context.Context, launchers ...types.UID) (Snapshot, *snapshotRead, error) {
 	if s, ok := a.snaps.fresh(time.Now(), launchers); ok {
 		return s, nil, nil
@@ -124,8 +125,11 @@ func (a *Agent) snapshotFor(ctx context.Context, launchers ...types.UID) (Snapsh
 	if err != nil {
 		return nil, nil, fmt.Errorf("read host mount table: %w", err)
 	}
+	a.snaps.store(snap, start, t)
+	if snap.Entries() == 0 {
+		return snap, nil, nil
+	}
 	read := &snapshotRead{Entries: snap.Entries(), Took: time.Since(t)}
 	read.Unparsed, read.Why = snap.Unparsed()
-	a.snaps.store(snap, start, t)
 	return snap, read, nil
 }

@@ -49,11 +49,11 @@ var (
 	}
 	descScanDuration = Description{
 		Name: "hpmount_mountinfo_scan_duration_seconds", Type: TypeHistogram,
-		Help: "Wall time of one read and parse of the host mount table (one per reconcile batch), observed after each scan.",
+		Help: "Wall time of one read and parse of the host mount table (one per reconcile batch), observed after each scan. Only where the whole table is read: a kernel without statmount(2) (before 6.8); otherwise each launcher's own mounts are read and nothing is observed.",
 	}
 	descMountinfoEntries = Description{
 		Name: "hpmount_mountinfo_entries", Type: TypeGauge,
-		Help: "Mounts in the host mount table at the last scan.",
+		Help: "Mounts in the host mount table at the last whole-table scan (0 where statmount(2) reads each launcher's mounts and no scan was made).",
 	}
 	descMountinfoUnparsed = Description{
 		Name: "hpmount_mountinfo_unparsed_lines", Type: TypeGauge,

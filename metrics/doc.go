@@ -30,8 +30,8 @@
 //	hpmount_mount_operations_total{op,result}                     counter    engine calls (op detach, attach, verify, grow) by result (unchanged, mounted, created, replaced, removed, grown, not-published, refused, abandoned, error)
 //	hpmount_mount_operation_duration_seconds{op}                  histogram  wall time of those engine calls, 10us..10s buckets
 //	hpmount_reconcile_duration_seconds                            histogram  wall time of one complete reconcile of one VMI
-//	hpmount_mountinfo_scan_duration_seconds                       histogram  wall time of one read and parse of the host mount table
-//	hpmount_mountinfo_entries                                     gauge      mounts in the host mount table at the last scan
+//	hpmount_mountinfo_scan_duration_seconds                       histogram  wall time of one read and parse of the host mount table (kernels without statmount)
+//	hpmount_mountinfo_entries                                     gauge      mounts in the host mount table at the last whole-table scan
 //	hpmount_mountinfo_unparsed_lines                              gauge      lines of the host mount table at the last scan that could not be parsed and were left out
 //	hpmount_volume_device_size_bytes{namespace,vmi,volume}        gauge      size of the volume's block device at the last growth check
 //	hpmount_volume_filesystem_size_bytes{namespace,vmi,volume}    gauge      size of the volume's filesystem at the last growth check
