@@ -422,8 +422,8 @@ func bindFile(s steps, src *source, dir *os.File, dirID uint64, file string) err
 	if kind := isolation.FileKind(st.Mode); kind != "regular file" {
 		return fmt.Errorf("%w: target is a %s, not a regular file", isolation.ErrUnsafePath, kind)
 	}
-	if id, err := isolation.MountID(tf); err != nil || id != dirID {
-		return fmt.Errorf("target changed while being mounted (mount %d, want %d): %v", id, dirID, err)
+	if err := onDirMount(tf, dirID); err != nil {
+		return err
 	}
 	if err := s.next("bind"); err != nil {
 		return err

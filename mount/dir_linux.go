@@ -126,7 +126,7 @@ func inspectDirTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file strin
 		tg.top, tg.depth = stackOn(t, tg.id, dirID)
 		return tg, nil
 	}
-	if err := emptyRootOwned(dir, file, tg.st); err != nil {
+	if err := emptyRootOwned(dir, dirID, file, tg.st); err != nil {
 		return tg, fmt.Errorf("target %q: %w", where, err)
 	}
 	return tg, nil
@@ -135,11 +135,11 @@ func inspectDirTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file strin
 // emptyRootOwned refuses an unmounted target directory the agent cannot
 // have left: one with content, or not owned by root. The launcher can
 // write into hotplug-disks; what it made there is not mounted over.
-func emptyRootOwned(dir *os.File, file string, st unix.Stat_t) error {
+func emptyRootOwned(dir *os.File, dirID uint64, file string, st unix.Stat_t) error {
 	if st.Uid != 0 {
 		return fmt.Errorf("%w: an unmounted directory owned by uid %d, not made by the agent", isolation.ErrUnsafePath, st.Uid)
 	}
-	empty, err := dirEmpty(dir, file)
+	empty, err := dirEmpty(dir, dirID, file)
 	if err != nil {
 		return err
 	}
@@ -150,13 +150,19 @@ func emptyRootOwned(dir *os.File, file string, st unix.Stat_t) error {
 }
 
 // dirEmpty reads at most one entry of dir/file, never following a link.
-func dirEmpty(dir *os.File, file string) (bool, error) {
+// The directory is opened again to be read, so it must still be on the
+// directory's mount: another mounter's bind made since (virt-handler's of
+// the same claim) would show the claim's content (ErrTargetChanged).
+func dirEmpty(dir *os.File, dirID uint64, file string) (bool, error) {
 	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, fmt.Errorf("open %q: %w", filepath.Join(dir.Name(), file), err)
 	}
 	d := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), file))
 	defer d.Close()
+	if err := onDirMount(d, dirID); err != nil {
+		return false, err
+	}
 	names, err := d.Readdirnames(1)
 	if errors.Is(err, io.EOF) {
 		return true, nil
@@ -176,8 +182,8 @@ func bindDir(s steps, src *dirSource, dir *os.File, dirID uint64, file string) e
 	}
 	tf := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), file))
 	defer tf.Close()
-	if id, err := isolation.MountID(tf); err != nil || id != dirID {
-		return fmt.Errorf("target changed while being mounted (mount %d, want %d): %v", id, dirID, err)
+	if err := onDirMount(tf, dirID); err != nil {
+		return err
 	}
 	if err := s.next("bind"); err != nil {
 		return err

@@ -15,6 +15,20 @@ import (
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
+// onDirMount refuses a target just opened for a bind that is not on the
+// directory's own mount: another mounter mounted it since the agent's last
+// look (ErrTargetChanged).
+func onDirMount(tf *os.File, dirID uint64) error {
+	id, err := isolation.MountID(tf)
+	if err != nil {
+		return fmt.Errorf("mount of target %q: %w", tf.Name(), err)
+	}
+	if id != dirID {
+		return fmt.Errorf("%w (%q is on mount %d, not on the directory's mount %d)", ErrTargetChanged, tf.Name(), id, dirID)
+	}
+	return nil
+}
+
 // undoIfLanded checks where the bind tree was just moved onto dst (the
 // target, opened before the move, so its own mount is the directory's):
 // its parent must be that mount. A parent of any other id is a mount made
