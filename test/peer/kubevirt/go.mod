@@ -164,8 +164,8 @@ tool kubevirt.io/kubevirt/cmd/virt-chroot
 
 // hpmount's go.mod requires cilium/ebpf v0.22.0 (blockdev), which the
 // runc v1.1.14 that KubeVirt v1.7.0 builds its cgroup managers on does not
-// compile against; KubeVirt resolves v0.11.0. Only hpmount's kubevirt and
-// kubelet packages, which do not use ebpf, are linked into this module.
+// compile against; KubeVirt resolves v0.11.0. Only hpmount packages that
+// do not use ebpf (kubevirt, kubelet, mount) are linked into this module.
 replace github.com/cilium/ebpf => github.com/cilium/ebpf v0.11.0
 
 // Likewise hpmount's gnostic-models v0.7.0 moved to go.yaml.in/yaml/v3,
