@@ -24,6 +24,7 @@ const storageViewComponent = "storage-view"
 var storageViewRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"get", "list"}},
 	{APIGroups: []string{"longhorn.io"}, Resources: []string{"volumes", "volumeattachments"}, Verbs: []string{"get", "list"}},
+	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
 }
 
 // TestStorageViewComponent renders the base and the storage-view overlay:
