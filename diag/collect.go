@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,14 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 	} else if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
+	// The storage side and the Events need nothing listed below, and a
+	// field-selected list of Events makes the API server filter every
+	// Event of the namespace: they are read while the rest is.
+	var side sync.WaitGroup
+	defer side.Wait()
+	var attachErr error
+	side.Go(func() { cl.storage = storage.Collect(ctx, c.Kube, c.Dyn, currentList) })
+	side.Go(func() { cl.attaches, attachErr = listAttaches(ctx, c.Kube, ns) })
 	selected, err := listVMIs(ctx, c, ns, opts.NodeName)
 	if err != nil {
 		return nil, cannotRun("list VirtualMachineInstances", err)
@@ -73,9 +82,9 @@ func collect(ctx context.Context, opts *Options, c Clients, warn func(string)) (
 	if err := cl.listClaims(ctx, ns); err != nil {
 		return nil, cannotRun("list PersistentVolumeClaims", err)
 	}
-	cl.storage = storage.Collect(ctx, c.Kube, c.Dyn, currentList)
-	if cl.attaches, err = listAttaches(ctx, c.Kube, ns); err != nil {
-		warn(fmt.Sprintf("last attaches not shown: %v", err))
+	side.Wait()
+	if attachErr != nil {
+		warn(fmt.Sprintf("last attaches not shown: %v", attachErr))
 	}
 	return cl, nil
 }

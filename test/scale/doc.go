@@ -6,11 +6,12 @@
 // (a mix of filesystem and block) and thousands of unrelated mounts, and
 // the hpmount binary as the agent. It measures what an operator of a busy
 // node cares about (fresh attach of every volume, cold start, the latency
-// of one attach on the loaded node, idle CPU, reconcile and mountinfo
-// costs, memory, diag, a storm of changes, what the agent receives for
-// claims in a cluster of 20,000 claims beside an informer of every claim,
-// and the time from a VMI change to a real QEMU's open of the disk in its
-// launcher), checks that the node ends correct (every target mounted once,
+// of one attach on the loaded node, the repair of a foreign unmount, idle
+// CPU, reconcile and mountinfo costs, one launcher read with statmount
+// against the whole table, memory, diag, a storm of changes, what the
+// agent receives for claims in a cluster of 20,000 claims beside an
+// informer of every claim, and the time from a VMI change to a real QEMU's
+// open of the disk in its launcher), checks that the node ends correct (every target mounted once,
 // every block node right, no changing syscall on a restart), and writes
 // BENCHMARKS.md.
 //

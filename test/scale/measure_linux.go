@@ -193,7 +193,7 @@ func (e *env) measureLoadedNode() error {
 	// The idle window comes late: by then a resync wave has run, as on a
 	// node whose agent has been up for a while. Memory is read last, once
 	// everything the agent did on this node counts in its high-water mark.
-	for _, step := range []func(*agent) error{e.measureObservation, e.measureAttaches, e.measureQEMU, e.measureDiag, e.measureStorm, e.awaitWave, e.measureIdle} {
+	for _, step := range []func(*agent) error{e.measureObservation, e.measureAttaches, e.measureRepairs, e.measureQEMU, e.measureDiag, e.measureStorm, e.awaitWave, e.measureIdle} {
 		if err := step(a); err != nil {
 			return err
 		}
@@ -240,6 +240,55 @@ func (e *env) measureAttaches(a *agent) error {
 	e.report.add(row{what: "one attach on the loaded node, API update to target mounted", unit: "ms", runs: scale(runs, 1000), target: 250,
 		targetOn: "p99", note: fmt.Sprintf("%d attaches, each removed again", len(runs))})
 	return nil
+}
+
+// repairRounds and repairPace are the foreign unmounts measureRepairs
+// makes: one at a time, each on another VMI, at the pace of incidents
+// rather than of a fight, which the agent bounds per VMI.
+const (
+	repairRounds = 10
+	repairPace   = 300 * time.Millisecond
+)
+
+// measureRepairs unmounts the agent's bind of a filesystem volume of the
+// loaded node, as another mounter or an operator would, and times it until
+// the target is mounted again. With mount events (Linux ≥ 6.15) the
+// kernel's detach event wakes the agent; without them the resync does.
+func (e *env) measureRepairs(*agent) error {
+	var runs []float64
+	for _, i := range rand.Perm(len(e.vms)) {
+		if len(runs) == repairRounds {
+			break
+		}
+		v := e.vms[i]
+		vol, ok := firstFilesystem(v.vols)
+		if !ok {
+			continue
+		}
+		target := e.target(v, vol)
+		time.Sleep(repairPace)
+		start := time.Now()
+		if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
+			return fmt.Errorf("unmount %q: %w", target, err)
+		}
+		if err := waitFor(func() bool { return isMountPoint(target) }); err != nil {
+			return fmt.Errorf("repair of %q: %w", target, err)
+		}
+		runs = append(runs, time.Since(start).Seconds())
+	}
+	e.report.add(row{what: "foreign unmount of a target on the loaded node, until the agent mounted it again", unit: "ms",
+		runs: scale(runs, 1000), target: 100, targetOn: "p99",
+		note: fmt.Sprintf("%d unmounts, each of another VMI's filesystem volume, %s apart; woken by mount events where the kernel has them, else by the resync", len(runs), repairPace)})
+	return nil
+}
+
+func firstFilesystem(vols []simnode.Volume) (simnode.Volume, bool) {
+	for _, v := range vols {
+		if !v.Block {
+			return v, true
+		}
+	}
+	return simnode.Volume{}, false
 }
 
 func scale(xs []float64, f float64) []float64 {
