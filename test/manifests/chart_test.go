@@ -235,7 +235,7 @@ volumeStatus: {enabled: true}
 		{"tolerations", pod.Tolerations[0].Key + "=" + pod.Tolerations[0].Value + ":" + string(pod.Tolerations[0].Effect), "dedicated=vms:NoSchedule"},
 		{"tolerations count", fmt.Sprint(len(pod.Tolerations)), "1"},
 		{"cpu request", c.Resources.Requests.Cpu().String(), "50m"},
-		{"memory request (default kept)", c.Resources.Requests.Memory().String(), "192Mi"},
+		{"memory request (default kept)", c.Resources.Requests.Memory().String(), "96Mi"},
 		{"memory limit", c.Resources.Limits.Memory().String(), "512Mi"},
 	}
 	for _, ch := range checks {

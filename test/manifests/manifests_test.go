@@ -320,7 +320,7 @@ func TestDaemonSetInvariants(t *testing.T) {
 			if err := memoryFitsBenchmarks(t, c.Resources); err != nil {
 				return err
 			}
-			want := map[string]string{"cpu request": "20m", "memory request": "192Mi", "memory limit": "384Mi"}
+			want := map[string]string{"cpu request": "20m", "memory request": "96Mi", "memory limit": "192Mi"}
 			got := map[string]string{
 				"cpu request":    c.Resources.Requests.Cpu().String(),
 				"memory request": c.Resources.Requests.Memory().String(),
