@@ -78,6 +78,10 @@ func parseFlags() options {
 		return nil
 	})
 	flag.Parse()
+	// The node as this harness measures it has mount events on (the repair
+	// row needs them), whatever the agent's default; a later
+	// --agent-arg=--mount-events=false still turns them off.
+	o.agentArgs = append([]string{"--mount-events"}, o.agentArgs...)
 	if o.cpuProfile != "" || o.heapProfile != "" {
 		o.agentArgs = append(o.agentArgs, "--profiling")
 	}
