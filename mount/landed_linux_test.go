@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -88,5 +89,48 @@ func TestAttachUndoesABindThatLandedOnAnother(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestMountAppearedOnTheTarget holds the checks another mounter's bind
+// made between the agent's look and its own bind meets: the target opened
+// for the bind, and a directory target reopened to be read, must still be
+// on the launcher directory's mount, or the agent binds nothing and reads
+// nothing (ErrTargetChanged). Without the second, a claim bound on an
+// empty directory target was read as tenant content and refused.
+func TestMountAppearedOnTheTarget(t *testing.T) {
+	root, claim := t.TempDir(), t.TempDir()
+	must(t, os.WriteFile(claim+"/content", []byte("tenant data"), 0o644))
+	must(t, os.Mkdir(root+"/dump", 0o750))
+	must(t, os.WriteFile(root+"/v.img", nil, 0o644))
+	dir, err := os.Open(root)
+	must(t, err)
+	defer dir.Close()
+	dirID, err := isolation.MountID(dir)
+	must(t, err)
+
+	empty, err := dirEmpty(dir, dirID, "dump")
+	if err != nil || !empty {
+		t.Fatalf("unmounted empty target: empty %v, %v; want true, nil", empty, err)
+	}
+	must(t, unix.Mount(claim, root+"/dump", "", unix.MS_BIND, ""))
+	defer unix.Unmount(root+"/dump", unix.MNT_DETACH)
+	if _, err := dirEmpty(dir, dirID, "dump"); !errors.Is(err, ErrTargetChanged) {
+		t.Errorf("directory target with a claim bound on it: %v, want ErrTargetChanged", err)
+	}
+
+	tf, err := os.OpenFile(root+"/v.img", unix.O_PATH, 0)
+	must(t, err)
+	defer tf.Close()
+	if err := onDirMount(tf, dirID); err != nil {
+		t.Errorf("unmounted file target: %v", err)
+	}
+	must(t, unix.Mount(claim+"/content", root+"/v.img", "", unix.MS_BIND, ""))
+	defer unix.Unmount(root+"/v.img", unix.MNT_DETACH)
+	mounted, err := os.OpenFile(root+"/v.img", unix.O_PATH, 0)
+	must(t, err)
+	defer mounted.Close()
+	if err := onDirMount(mounted, dirID); !errors.Is(err, ErrTargetChanged) {
+		t.Errorf("file target with a bind on it: %v, want ErrTargetChanged", err)
 	}
 }
