@@ -59,3 +59,9 @@ func (a *Attacher) openLauncherDir(t *mountinfo.Table, targetDir string) (*os.Fi
 func uncover(_ steps, t *mountinfo.Table, dir *os.File, name string) (int, error) {
 	return 0, fmt.Errorf("uncover %q in %q: %w", name, dir.Name(), errors.ErrUnsupported)
 }
+
+func (a *Attacher) openBound(t *mountinfo.Table, targetDir string, _ []string) (map[string]*os.File, error) {
+	return nil, fmt.Errorf("open the targets of %q: %w", targetDir, errors.ErrUnsupported)
+}
+
+func answers(f *os.File) error { return fmt.Errorf("statx %q: %w", f.Name(), errors.ErrUnsupported) }

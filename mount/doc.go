@@ -22,6 +22,12 @@
 // at once (ErrLandedOnAnother), before its copy inside the publish mount
 // can stop the volume from being attached again.
 //
+// Observe's look takes the attributes the kernel cached, so it keeps
+// answering for storage that stopped answering long ago. OpenBound and
+// Answers are the one look that reaches the storage (a forced statx of
+// what is bound on a target); the caller runs Answers where a hang holds
+// nothing else.
+//
 // Grower closes the gap the built-in mounter leaves after an attachment pod
 // is replaced: it finds the filesystem under a launcher's bind by its
 // major:minor, without the attachment pod, and when its device has grown

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/internal/sandbox"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -270,10 +271,7 @@ func waitStuckPast(t *testing.T, ns *isolation.MountNamespace, limit time.Durati
 // volume still detaches and attaches. The observe of old asked the server
 // for fresh attributes of every target and failed the whole launcher.
 func TestObserveIsolatesAHungVolume(t *testing.T) {
-	n := newLinkedRoot(t)
-	_, _, e := n.ownLauncherView(t)
-	hungDir := filepath.Join(n.real, kubelet.VolumesDir(string(attachUID)), "kubernetes.io~csi", "pv-hung", "mount")
-	fs := testutil.MountHangingFS(t, hungDir)
+	e, fs := hungVolumeEngine(t)
 	ctx := context.Background()
 	healthy := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
 		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
@@ -317,6 +315,91 @@ func TestObserveIsolatesAHungVolume(t *testing.T) {
 	fs.Abort()
 	waitUnstuck(t, e.ns)
 	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	for _, name := range []string{"fs", "hung"} {
+		if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: name, Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
+			t.Fatalf("detach %s = %s, %v", name, r, err)
+		}
+	}
+}
+
+// hungVolumeEngine is an engine with a short call deadline on a node whose
+// attachment pod publishes pv-hung from storage that stops answering at
+// fs.Hang, beside the ext4 pv-fs.
+func hungVolumeEngine(t *testing.T) (*Engine, *sandbox.HangingFS) {
+	n := newLinkedRoot(t)
+	_, _, e := n.ownLauncherView(t)
+	hungDir := filepath.Join(n.real, kubelet.VolumesDir(string(attachUID)), "kubernetes.io~csi", "pv-hung", "mount")
+	return e, testutil.MountHangingFS(t, hungDir)
+}
+
+// TestObserveFindsStorageThatHangsLater: a volume's storage stops
+// answering after the volume was observed healthy, when every check of it
+// is remembered and Observe's look takes cached attributes. The next
+// observe still marks it unchecked, on its own, without holding the
+// namespace's thread; a later observe does not ask again while the first
+// probe waits; once the storage is gone for good the probe returns and the
+// entry is checked again. Before, nothing reached the storage again and
+// the volume stayed healthy for as long as its bind did.
+func TestObserveFindsStorageThatHangsLater(t *testing.T) {
+	e, fs := hungVolumeEngine(t)
+	ctx := context.Background()
+	for _, v := range []agent.DesiredVolume{
+		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
+		{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}},
+	} {
+		snap, err := e.Snapshot(ctx)
+		must(t, err)
+		if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+			t.Fatalf("attach %s = %s, %v; want mounted", v.Name, r, err)
+		}
+	}
+	observe := func() map[string]agent.ObservedVolume {
+		t.Helper()
+		snap, err := e.Snapshot(ctx)
+		must(t, err)
+		obs, err := e.Observe(ctx, snap, launcherUID)
+		if err != nil || len(obs) != 2 {
+			t.Fatalf("observe = %+v, %v; want both entries", obs, err)
+		}
+		byName := map[string]agent.ObservedVolume{}
+		for _, o := range obs {
+			byName[o.Name] = o
+		}
+		if o := byName["fs"]; o.Unchecked != nil || !o.Healthy(kubevirt.Filesystem) || o.NotPropagated {
+			t.Fatalf("the healthy volume: %+v", o)
+		}
+		return byName
+	}
+	if o := observe()["hung"]; o.Unchecked != nil || !o.Healthy(kubevirt.Filesystem) {
+		t.Fatalf("the volume before its storage hangs: %+v", o)
+	}
+
+	fs.Hang()
+	if o := observe()["hung"]; !errors.Is(o.Unchecked, agent.ErrStuck) || !o.Mounted {
+		t.Fatalf("the volume once its storage hangs: %+v, want mounted and unchecked (stuck)", o)
+	}
+	k := growKey{launcherUID, "hung"}
+	first := e.answers.hung(k)
+	if first == nil {
+		t.Fatal("no pending probe remembered for the hung volume")
+	}
+	if o := observe()["hung"]; !errors.Is(o.Unchecked, agent.ErrStuck) {
+		t.Fatalf("the hung volume observed again: %+v, want unchecked", o)
+	}
+	if again := e.answers.hung(k); again != first {
+		t.Fatal("a second probe was started while the first still waits")
+	}
+	if abandoned, _ := e.ns.Health(time.Now()); abandoned != 0 {
+		t.Fatalf("%d calls of the namespace abandoned: a probe held its thread", abandoned)
+	}
+
+	fs.Abort()
+	waitClosed(t, first.done, "the probe to return once the storage is gone")
+	if o := observe()["hung"]; o.Unchecked != nil {
+		t.Fatalf("the volume once its storage is gone for good: %+v, want checked", o)
+	}
+	snap, err := e.Snapshot(ctx)
 	must(t, err)
 	for _, name := range []string{"fs", "hung"} {
 		if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: name, Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {

@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/kubelet"
-	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
@@ -20,31 +17,6 @@ import (
 // CreateDiskImagesFlag is the agent's flag that lets the engine create a
 // missing disk.img; a refused attach names it.
 const CreateDiskImagesFlag = "--create-disk-images"
-
-// observeDirs lists the launcher's directory volumes (memory-dump and
-// utility volumes) and asks the launcher whether it sees each healthy one.
-func (e *Engine) observeDirs(t *mountinfo.Table, launcher types.UID) ([]agent.ObservedVolume, error) {
-	// A directory target's name is its volume's (kubelet.DirTargetName).
-	dirs, err := e.attacher.ObserveDirs(t, hotplugDisks(launcher), kubelet.ReadDirTargets)
-	if err != nil {
-		return nil, err
-	}
-	var out []agent.ObservedVolume
-	for _, d := range dirs {
-		o := agent.ObservedVolume{Name: d.Name, Mode: kubevirt.Directory, Mounted: d.Mounted, Stacked: d.Depth,
-			SourceDev: d.Dev, SourceRoot: d.Root, SourceGone: d.SourceGone}
-		if o.Healthy(kubevirt.Directory) {
-			err := e.confirmSeenAt(launcher, d.Name, kubelet.DirTargetName(d.Name), fileEntry(d))
-			if errors.Is(err, agent.ErrStuck) {
-				o.Unchecked = err // this entry only: the others are checked as usual
-			} else {
-				o.NotPropagated = err != nil
-			}
-		}
-		out = append(out, o)
-	}
-	return out, nil
-}
 
 // attachDir binds the published PVC's root onto hotplug-disks/<volume>.
 func (e *Engine) attachDir(t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {

@@ -31,6 +31,9 @@
 //     through mountwatch on the host namespace and that same root, when
 //     Config.MountEvents allows and the kernel has mount notifications;
 //     the agent's resync is the path otherwise.
+//   - Whether the storage under each healthy bind still answers, asked on
+//     every Observe off the namespace's thread, and the probes it gave up
+//     on (answers.go).
 //
 // It translates engine errors at its own boundary, so that the agent
 // imports none of mount, blockdev or isolation: tenant content the node

@@ -46,6 +46,10 @@ type Engine struct {
 	sight sightMemo
 	// held remembers the entries QEMU was found not to hold stale.
 	held heldMemo
+	// answers remembers the probes of volumes' storage still unanswered
+	// (answers.go); callTimeout is their deadline, as the namespace's.
+	answers     answerMemo
+	callTimeout time.Duration
 	// noStatmount is why each launcher's mounts are not read with
 	// statmount(2) (snapshot.go): nil where they are.
 	noStatmount error
@@ -92,7 +96,7 @@ func New(c Config) (*Engine, error) {
 	}
 	return &Engine{
 		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
-		createImages: c.CreateDiskImages, mountEvents: c.MountEvents,
+		createImages: c.CreateDiskImages, mountEvents: c.MountEvents, callTimeout: c.CallTimeout,
 		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
@@ -201,30 +205,23 @@ func refusal(err error) error {
 // check of one entry that gets stuck on its storage marks that entry
 // (ObservedVolume.Unchecked) and the others are checked as usual: one hung
 // volume must not hide the VMI's others. The listing itself asks nothing
-// of the volumes' filesystems that could hang (mount's lookAt).
+// of the volumes' filesystems that could hang (mount's lookAt); each
+// healthy bind's storage is then asked to answer off the namespace's
+// thread (answers.go) before anything else is asked of it.
 func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
 	t, err := e.tableFor(e.ns, s, launcher)
 	if err != nil {
 		return nil, err
 	}
-	files, err := e.observeFiles(t, launcher)
+	binds, err := e.observeBinds(t, launcher)
 	if err != nil {
 		return nil, stuck(err)
 	}
-	var out []agent.ObservedVolume
-	for _, f := range files {
-		o := agent.ObservedVolume{Name: f.Name, Mode: kubevirt.Filesystem, Mounted: f.Mounted, Stacked: f.Depth,
-			SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}
-		if o.Healthy(kubevirt.Filesystem) {
-			e.checkFile(launcher, f, &o)
-		}
-		out = append(out, o)
+	e.checkBinds(ctx, t, launcher, binds)
+	out := make([]agent.ObservedVolume, 0, len(binds))
+	for _, b := range binds {
+		out = append(out, b.o)
 	}
-	dirs, err := e.observeDirs(t, launcher)
-	if err != nil {
-		return nil, stuck(err)
-	}
-	out = append(out, dirs...)
 	nodes, err := e.blockNodes(t, launcher)
 	if err != nil {
 		return nil, stuck(err)
@@ -244,6 +241,40 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 		e.forgetLauncher(launcher)
 	}
 	return out, nil
+}
+
+// bind is an observed file or directory bind: what the agent is told, and
+// what the engine's checks of it need.
+type bind struct {
+	o      agent.ObservedVolume
+	target string
+	entry  entryKey
+}
+
+// observeBinds lists the launcher's file and directory binds, unchecked.
+func (e *Engine) observeBinds(t *mountinfo.Table, launcher types.UID) ([]bind, error) {
+	files, err := e.observeFiles(t, launcher)
+	if err != nil {
+		return nil, err
+	}
+	// A directory target's name is its volume's (kubelet.DirTargetName).
+	dirs, err := e.attacher.ObserveDirs(t, hotplugDisks(launcher), kubelet.ReadDirTargets)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bind, 0, len(files)+len(dirs))
+	for _, f := range files {
+		out = append(out, bindOf(f, kubevirt.Filesystem, kubelet.TargetName(f.Name)))
+	}
+	for _, d := range dirs {
+		out = append(out, bindOf(d, kubevirt.Directory, kubelet.DirTargetName(d.Name)))
+	}
+	return out, nil
+}
+
+func bindOf(f mount.Observed, mode kubevirt.VolumeMode, target string) bind {
+	return bind{target: target, entry: fileEntry(f), o: agent.ObservedVolume{Name: f.Name, Mode: mode, Mounted: f.Mounted,
+		Stacked: f.Depth, SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}}
 }
 
 // observeFiles lists the launcher's file binds (mount.Attacher.Observe of
@@ -268,18 +299,41 @@ func targetName(volume string, name func(string) string) (string, error) {
 	return name(volume), nil
 }
 
-// checkFile asks whether the launcher sees a healthy file bind and whether
-// QEMU holds a stale one; a check stuck past its deadline marks o
-// Unchecked and the next check is not asked.
-func (e *Engine) checkFile(launcher types.UID, f mount.Observed, o *agent.ObservedVolume) {
-	err := e.confirmSeen(launcher, f.Name, fileEntry(f))
+// checkBinds asks, of each healthy bind, whether its storage answers,
+// whether the launcher sees it and, for a file, whether QEMU holds a stale
+// one. A check stuck past its deadline marks its entry Unchecked and the
+// next check of that entry is not asked.
+func (e *Engine) checkBinds(ctx context.Context, t *mountinfo.Table, launcher types.UID, binds []bind) {
+	targets := map[string]string{}
+	for _, b := range binds {
+		if b.o.Healthy(b.o.Mode) {
+			targets[b.o.Name] = b.target
+		}
+	}
+	hung := e.answered(ctx, t, launcher, targets)
+	for k := range binds {
+		o := &binds[k].o
+		if _, ok := targets[o.Name]; !ok {
+			continue
+		}
+		if o.Unchecked = hung[o.Name]; o.Unchecked != nil {
+			continue
+		}
+		e.checkBind(launcher, binds[k], o)
+	}
+}
+
+func (e *Engine) checkBind(launcher types.UID, b bind, o *agent.ObservedVolume) {
+	err := e.confirmSeenAt(launcher, o.Name, b.target, b.entry)
 	if errors.Is(err, agent.ErrStuck) {
 		o.Unchecked = err
 		return
 	}
 	o.NotPropagated = err != nil
-	o.StaleWhy, o.Unchecked = e.fileStaleOpen(launcher, f)
-	o.StaleOpen = o.StaleWhy != ""
+	if o.Mode == kubevirt.Filesystem && b.entry.mountID != 0 {
+		o.StaleWhy, o.Unchecked = e.staleOpen(launcher, o.Name, b.target, b.entry)
+		o.StaleOpen = o.StaleWhy != ""
+	}
 }
 
 // Attach bind-mounts a filesystem volume's disk.img (creating it first if

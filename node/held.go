@@ -12,7 +12,6 @@ import (
 
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/propagation"
 )
@@ -153,14 +152,6 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 		e.held.put(k, entry)
 	}
 	return v.why, nil
-}
-
-// fileStaleOpen is staleOpen of a filesystem volume's bind, as observed.
-func (e *Engine) fileStaleOpen(launcher types.UID, f mount.Observed) (string, error) {
-	if f.MountID == 0 {
-		return "", nil // no bind to compare with
-	}
-	return e.staleOpen(launcher, f.Name, kubelet.TargetName(f.Name), fileEntry(f))
 }
 
 // fileEntry is the entry of a filesystem or directory volume's bind, as

@@ -11,7 +11,8 @@ import (
 )
 
 // dropLauncher deletes every key of launcher from m under mu: the one way
-// the engine's per-volume memos (growMemo, sightMemo, heldMemo) let go of a
+// the engine's per-volume memos (growMemo, sightMemo, heldMemo,
+// answerMemo) let go of a
 // launcher whose hotplug-disks holds nothing any more.
 func dropLauncher[V any](mu *sync.Mutex, m map[growKey]V, launcher types.UID) {
 	mu.Lock()
@@ -32,4 +33,5 @@ func (e *Engine) forgetLauncher(launcher types.UID) {
 	dropLauncher(&e.sight.mu, e.sight.seen, launcher)
 	dropLauncher(&e.held.mu, e.held.fresh, launcher)
 	dropLauncher(&e.held.mu, e.held.former, launcher)
+	dropLauncher(&e.answers.mu, e.answers.pending, launcher)
 }
