@@ -55,9 +55,7 @@ type Config struct {
 	WholeTable bool
 	// MountEvents lets WatchMounts report mount changes as they happen
 	// (Linux ≥ 6.15), so that a foreign change to a target is repaired at
-	// once rather than at the next resync. Off by default: with it on, a
-	// volume whose storage stopped answering was not reported stuck
-	// (TestHungSourceBesideHealthyVolumes), for a reason not found yet.
+	// once rather than at the next resync.
 	MountEvents bool
 }
 
@@ -84,6 +82,7 @@ func DefaultConfig() Config {
 		LauncherDir: kubevirt.HotplugDisksMountPath,
 		UID:         107,
 		GID:         107,
+		MountEvents: true,
 		Grow:        GrowPolicy{Filesystems: true},
 		CallTimeout: 30 * time.Second,
 		GrowTimeout: 10 * time.Minute,

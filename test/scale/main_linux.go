@@ -79,7 +79,7 @@ func parseFlags() options {
 	})
 	flag.Parse()
 	// The node as this harness measures it has mount events on (the repair
-	// row needs them), whatever the agent's default; a later
+	// row needs them), whatever the agent's default may become; a later
 	// --agent-arg=--mount-events=false still turns them off.
 	o.agentArgs = append([]string{"--mount-events"}, o.agentArgs...)
 	if o.cpuProfile != "" || o.heapProfile != "" {
