@@ -26,6 +26,11 @@ import (
 // VMI's next reconcile, which reports it as if it had been made in place.
 // One check runs at a time, as the engine's growth thread serializes them
 // anyway; a stuck one delays other growth, never a mount.
+//
+// A check that found what the last one reported (nothing grown, the same
+// sizes, for the same claim) is news to nobody: it is dropped and the VMI
+// is not brought back, or every resync would make two passes of every
+// VMI, the second only to report nothing.
 
 // growKey names one volume of one launcher of one VMI key.
 type growKey struct {
@@ -46,11 +51,15 @@ type growRunner struct {
 	queued map[growKey]DesiredVolume // waiting or running
 	order  []growKey                 // waiting, oldest first
 	done   map[growKey]growDone
-	wake   chan struct{}
+	// reported is the last check of each volume a reconcile took, as far
+	// as a repeat of it is told by.
+	reported map[growKey]growDone
+	wake     chan struct{}
 }
 
 func newGrowRunner() *growRunner {
-	return &growRunner{queued: map[growKey]DesiredVolume{}, done: map[growKey]growDone{}, wake: make(chan struct{}, 1)}
+	return &growRunner{queued: map[growKey]DesiredVolume{}, done: map[growKey]growDone{}, reported: map[growKey]growDone{},
+		wake: make(chan struct{}, 1)}
 }
 
 // take returns the finished check of k when it was made for the volume as
@@ -63,6 +72,7 @@ func (g *growRunner) take(k growKey, v DesiredVolume) (applied, bool) {
 		return applied{}, false
 	}
 	delete(g.done, k)
+	g.reported[k] = growDone{asked: d.asked, r: applied{Result: d.r.Result, Err: d.r.Err, Grow: d.r.Grow}}
 	return d.r, sameGrowth(d.asked, v)
 }
 
@@ -110,12 +120,23 @@ func (g *growRunner) next() (growKey, DesiredVolume, bool) {
 	return k, g.queued[k], true
 }
 
-// finish records a check's result.
-func (g *growRunner) finish(k growKey, v DesiredVolume, r applied) {
+// finish records a check's result and says whether it is news: anything
+// but a repeat of the last result reported for the same claim.
+func (g *growRunner) finish(k growKey, v DesiredVolume, r applied) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.queued, k)
+	if last, ok := g.reported[k]; ok && sameGrowth(last.asked, v) && repeats(r, last.r) {
+		return false
+	}
 	g.done[k] = growDone{asked: v, r: r}
+	return true
+}
+
+// repeats reports whether r found nothing to do and what last found.
+func repeats(r, last applied) bool {
+	return r.Result == outcome.Unchanged && r.Err == nil && !r.Canceled &&
+		last.Result == r.Result && last.Err == nil && last.Grow == r.Grow
 }
 
 // prune drops the finished checks of vmi that keep does not want reported
@@ -123,9 +144,11 @@ func (g *growRunner) finish(k growKey, v DesiredVolume, r applied) {
 func (g *growRunner) prune(vmi string, keep func(growKey) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for k := range g.done {
-		if k.vmi == vmi && (keep == nil || !keep(k)) {
-			delete(g.done, k)
+	for _, m := range []map[growKey]growDone{g.done, g.reported} {
+		for k := range m {
+			if k.vmi == vmi && (keep == nil || !keep(k)) {
+				delete(m, k)
+			}
 		}
 	}
 }
@@ -143,15 +166,16 @@ func (a *Agent) growthLoop(ctx context.Context) {
 }
 
 // runGrowth runs every waiting check in order, and brings each VMI back
-// to the queue to report its result.
+// to the queue to report a result that is news.
 func (a *Agent) runGrowth(ctx context.Context) {
 	for ctx.Err() == nil {
 		k, v, ok := a.growth.next()
 		if !ok {
 			return
 		}
-		a.growth.finish(k, v, a.growOnce(ctx, k, v))
-		a.queue.Add(k.vmi)
+		if a.growth.finish(k, v, a.growOnce(ctx, k, v)) {
+			a.queue.Add(k.vmi)
+		}
 	}
 }
 

@@ -5,11 +5,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // TestGrowthNeverHoldsAWorker: a growth check that does not return (a
@@ -83,5 +85,52 @@ func TestGrowthNeverHoldsAWorker(t *testing.T) {
 	}
 	if !slices.Equal(grows, []string{"grow hp 21474836480"}) {
 		t.Fatalf("growth checks of hp after the thaw = %v, want one for 20Gi", grows)
+	}
+}
+
+// TestGrowthRepeatBringsNoPass: a growth check that finds what the last
+// reported check found, for the same claim, brings its VMI back to no
+// second pass (every resync made two passes of every VMI, the second only
+// to report nothing). Any difference is news: another size, a growth, an
+// error, another capacity, or a volume whose reports were pruned.
+func TestGrowthRepeatBringsNoPass(t *testing.T) {
+	k := growKey{vmi: testKey, launcher: launcherUID, volume: "hp"}
+	v := DesiredVolume{Name: "hp", Mode: kubevirt.Filesystem, CapacityBytes: 10 << 30}
+	sized := GrowResult{DeviceBytes: 10 << 30, FilesystemBefore: 9 << 30, FilesystemAfter: 9 << 30, FilesystemType: "xfs"}
+	same := applied{Result: outcome.Unchanged, Grow: sized}
+	bigger := v
+	bigger.CapacityBytes = 20 << 30
+	for _, tc := range []struct {
+		name  string
+		prune bool
+		asked DesiredVolume
+		r     applied
+		news  bool
+	}{
+		{name: "a repeat", asked: v, r: same},
+		{name: "another size", asked: v, r: applied{Result: outcome.Unchanged, Grow: GrowResult{DeviceBytes: 11 << 30}}, news: true},
+		{name: "a growth", asked: v, r: applied{Result: outcome.Grown, Grow: sized}, news: true},
+		{name: "an error", asked: v, r: applied{Result: outcome.Error, Err: errors.New("eio"), Grow: sized}, news: true},
+		{name: "another capacity", asked: bigger, r: same, news: true},
+		{name: "after a prune", prune: true, asked: v, r: same, news: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGrowRunner()
+			if !g.finish(k, v, same) {
+				t.Fatal("the first check is not news")
+			}
+			if _, ok := g.take(k, v); !ok {
+				t.Fatal("the first check was not taken")
+			}
+			if tc.prune {
+				g.prune(testKey, nil)
+			}
+			if news := g.finish(k, tc.asked, tc.r); news != tc.news {
+				t.Fatalf("finish = %v, want %v", news, tc.news)
+			}
+			if ok := g.ready(testKey, launcherUID)("hp"); ok != tc.news {
+				t.Fatalf("ready = %v, want %v", ok, tc.news)
+			}
+		})
 	}
 }
