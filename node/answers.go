@@ -5,7 +5,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -14,9 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/agent"
-	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
-	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // The launcher check and QEMU's check are remembered once they pass
@@ -72,37 +69,23 @@ func (m *answerMemo) put(k growKey, p *probe) {
 }
 
 // answered asks the filesystems under the launcher's healthy binds to
-// answer, all at once, and waits for them until the call deadline.
-// targets maps each volume to its target's name in hotplug-disks. It
-// returns, for each volume whose filesystem did not answer in time, an
-// error wrapping agent.ErrStuck. A filesystem that answered with an error
-// is not its concern: Observe's look reports a dead source.
-func (e *Engine) answered(ctx context.Context, t *mountinfo.Table, launcher types.UID, targets map[string]string) map[string]error {
+// answer, all at once, and waits for them until the call deadline: the
+// listing opened each bind whose storage has no probe pending. It returns,
+// for each volume whose filesystem did not answer in time (now or at an
+// earlier pass), an error wrapping agent.ErrStuck. A filesystem that
+// answered with an error is not its concern: Observe's look reports a dead
+// source.
+func (e *Engine) answered(ctx context.Context, launcher types.UID, ls listing) map[string]error {
 	out := map[string]error{}
-	var names []string
-	for volume, target := range targets {
-		if p := e.answers.hung(growKey{launcher, volume}); p != nil {
-			out[volume] = notAnswered(target, p.since)
+	probes := map[string]*probe{}
+	for _, b := range ls.binds {
+		if !b.o.Healthy(b.o.Mode) {
 			continue
 		}
-		names = append(names, target)
-	}
-	if len(names) == 0 {
-		return out
-	}
-	files, err := e.attacher.OpenBound(t, hotplugDisks(launcher), names)
-	if err != nil {
-		if errors.Is(err, isolation.ErrStuck) {
-			for volume := range targets {
-				out[volume] = stuck(err)
-			}
-		}
-		return out // the observe reports what keeps the directory from being read
-	}
-	probes := map[string]*probe{}
-	for volume, target := range targets {
-		if f := files[target]; f != nil {
-			probes[volume] = startProbe(target, f)
+		if f := ls.bound[b.o.Name]; f != nil {
+			probes[b.o.Name] = startProbe(b.target, f)
+		} else if p := e.answers.hung(growKey{launcher, b.o.Name}); p != nil {
+			out[b.o.Name] = notAnswered(b.target, p.since)
 		}
 	}
 	e.awaitProbes(ctx, launcher, probes, out)

@@ -43,7 +43,7 @@ func inHotplugDisks[T any](e *Engine, t *mountinfo.Table, launcher types.UID, fn
 // blockNodes lists the launcher's block nodes; a missing hotplug-disks has
 // none.
 func (e *Engine) blockNodes(t *mountinfo.Table, launcher types.UID) ([]blockdev.Node, error) {
-	nodes, err := mount.InLauncherDir(e.attacher, t, hotplugDisks(launcher), e.nodes.Observe)
+	nodes, err := mount.InLauncherDir(e.lookerOf(launcher).attacher, t, hotplugDisks(launcher), e.nodes.Observe)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

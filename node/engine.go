@@ -27,6 +27,8 @@ import (
 // Engine is the agent.Engine of a real node.
 type Engine struct {
 	ns *isolation.MountNamespace
+	// lookers read for Observe on threads of their own (look.go).
+	lookers []looker
 	// growNS runs growth on threads of its own.
 	growNS   *isolation.MountNamespace
 	host     isolation.Host
@@ -90,15 +92,22 @@ func New(c Config) (*Engine, error) {
 	}
 	ns.SetTimeout(c.CallTimeout)
 	growNS.SetTimeout(c.GrowTimeout)
+	attacher := mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot}
+	lookers, err := openLookers(c.Host.MountNamespace(), attacher, c.CallTimeout, lookThreads)
+	if err != nil {
+		ns.Close()
+		growNS.Close()
+		return nil, err
+	}
 	noStatmount := errors.New("the engine is configured to read the whole table (Config.WholeTable)")
 	if !c.WholeTable {
 		_, noStatmount = isolation.Call(ns, func() (struct{}, error) { return struct{}{}, mountinfo.CheckStatmount() })
 	}
 	return &Engine{
-		ns: ns, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
+		ns: ns, lookers: lookers, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
 		createImages: c.CreateDiskImages, mountEvents: c.MountEvents, callTimeout: c.CallTimeout,
 		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
-		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
+		attacher: &attacher,
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
 		nodes:       &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
@@ -109,6 +118,7 @@ func New(c Config) (*Engine, error) {
 // Close leaves the host namespace. Mounts stay.
 func (e *Engine) Close() {
 	e.ns.Close()
+	closeLookers(e.lookers)
 	e.growNS.Close()
 }
 
@@ -127,9 +137,10 @@ func (e *Engine) SweepGrowthLeftovers() (int, error) {
 // restart would help:
 //
 //   - no thread could be started in the host namespace to replace a
-//     written-off one, so no attach or detach runs at all;
-//   - an attach or detach has been stuck past limit in a thread that a
-//     signal reaches (waiting on a hung FUSE server, a pipe, a lock).
+//     written-off one, so no attach or detach (or no observe of the
+//     launchers of one looker, look.go) runs at all;
+//   - an attach, detach or observe has been stuck past limit in a thread
+//     that a signal reaches (waiting on a hung FUSE server, a pipe, a lock).
 //
 // A thread in uninterruptible sleep ('D': a frozen filesystem, storage
 // that does not answer) keeps the process from exiting until the wait
@@ -139,7 +150,18 @@ func (e *Engine) SweepGrowthLeftovers() (int, error) {
 // (FIFREEZE during a snapshot), it has its own thread, deadline and
 // report on its volume, and restarting cannot make it finish sooner.
 func (e *Engine) Liveness(limit time.Duration) func() error {
-	return func() error { return liveness(e.ns, limit, time.Now()) }
+	return func() error {
+		now := time.Now()
+		if err := liveness(e.ns, limit, now); err != nil {
+			return err
+		}
+		for _, l := range e.lookers {
+			if err := liveness(l.ns, limit, now); err != nil {
+				return fmt.Errorf("observe: %w", err)
+			}
+		}
+		return nil
+	}
 }
 
 // liveness is Liveness of the attach and detach runner ns at now.
@@ -209,24 +231,16 @@ func refusal(err error) error {
 // healthy bind's storage is then asked to answer off the namespace's
 // thread (answers.go) before anything else is asked of it.
 func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
-	t, err := e.tableFor(e.ns, s, launcher)
+	ls, err := e.list(s, launcher, func(volume string) bool { return e.answers.hung(growKey{launcher, volume}) != nil })
 	if err != nil {
 		return nil, err
 	}
-	binds, err := e.observeBinds(t, launcher)
-	if err != nil {
-		return nil, stuck(err)
-	}
-	e.checkBinds(ctx, t, launcher, binds)
-	out := make([]agent.ObservedVolume, 0, len(binds))
-	for _, b := range binds {
+	e.checkBinds(ctx, launcher, ls)
+	out := make([]agent.ObservedVolume, 0, len(ls.binds)+len(ls.nodes))
+	for _, b := range ls.binds {
 		out = append(out, b.o)
 	}
-	nodes, err := e.blockNodes(t, launcher)
-	if err != nil {
-		return nil, stuck(err)
-	}
-	for _, n := range nodes {
+	for _, n := range ls.nodes {
 		if n.Covered {
 			// Not a node QEMU can reach: the next attach removes the mount.
 			out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, Mounted: true})
@@ -251,41 +265,9 @@ type bind struct {
 	entry  entryKey
 }
 
-// observeBinds lists the launcher's file and directory binds, unchecked.
-func (e *Engine) observeBinds(t *mountinfo.Table, launcher types.UID) ([]bind, error) {
-	files, err := e.observeFiles(t, launcher)
-	if err != nil {
-		return nil, err
-	}
-	// A directory target's name is its volume's (kubelet.DirTargetName).
-	dirs, err := e.attacher.ObserveDirs(t, hotplugDisks(launcher), kubelet.ReadDirTargets)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]bind, 0, len(files)+len(dirs))
-	for _, f := range files {
-		out = append(out, bindOf(f, kubevirt.Filesystem, kubelet.TargetName(f.Name)))
-	}
-	for _, d := range dirs {
-		out = append(out, bindOf(d, kubevirt.Directory, kubelet.DirTargetName(d.Name)))
-	}
-	return out, nil
-}
-
 func bindOf(f mount.Observed, mode kubevirt.VolumeMode, target string) bind {
 	return bind{target: target, entry: fileEntry(f), o: agent.ObservedVolume{Name: f.Name, Mode: mode, Mounted: f.Mounted,
 		Stacked: f.Depth, SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}}
-}
-
-// observeFiles lists the launcher's file binds (mount.Attacher.Observe of
-// the entries the kubelet package names as file targets), each named by
-// its volume.
-func (e *Engine) observeFiles(t *mountinfo.Table, launcher types.UID) ([]mount.Observed, error) {
-	files, err := e.attacher.Observe(t, hotplugDisks(launcher), kubelet.ReadFileTargets)
-	for k := range files {
-		files[k].Name, _ = kubelet.FileTargetVolume(files[k].Name)
-	}
-	return files, err
 }
 
 // targetName is the name of volume's target in hotplug-disks, by the
@@ -303,36 +285,17 @@ func targetName(volume string, name func(string) string) (string, error) {
 // whether the launcher sees it and, for a file, whether QEMU holds a stale
 // one. A check stuck past its deadline marks its entry Unchecked and the
 // next check of that entry is not asked.
-func (e *Engine) checkBinds(ctx context.Context, t *mountinfo.Table, launcher types.UID, binds []bind) {
-	targets := map[string]string{}
-	for _, b := range binds {
-		if b.o.Healthy(b.o.Mode) {
-			targets[b.o.Name] = b.target
-		}
-	}
-	hung := e.answered(ctx, t, launcher, targets)
-	for k := range binds {
-		o := &binds[k].o
-		if _, ok := targets[o.Name]; !ok {
+func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing) {
+	hung := e.answered(ctx, launcher, ls)
+	for k := range ls.binds {
+		o := &ls.binds[k].o
+		if !o.Healthy(o.Mode) {
 			continue
 		}
 		if o.Unchecked = hung[o.Name]; o.Unchecked != nil {
 			continue
 		}
-		e.checkBind(launcher, binds[k], o)
-	}
-}
-
-func (e *Engine) checkBind(launcher types.UID, b bind, o *agent.ObservedVolume) {
-	err := e.confirmSeenAt(launcher, o.Name, b.target, b.entry)
-	if errors.Is(err, agent.ErrStuck) {
-		o.Unchecked = err
-		return
-	}
-	o.NotPropagated = err != nil
-	if o.Mode == kubevirt.Filesystem && b.entry.mountID != 0 {
-		o.StaleWhy, o.Unchecked = e.staleOpen(launcher, o.Name, b.target, b.entry)
-		o.StaleOpen = o.StaleWhy != ""
+		e.checkBind(launcher, ls.binds[k], o)
 	}
 }
 

@@ -66,7 +66,12 @@ func (m *heldMemo) remember(k growKey, binds []propagation.Bound) {
 	if m.former == nil {
 		m.former = map[growKey][]propagation.Bound{}
 	}
-	kept := m.former[k]
+	m.former[k] = withBinds(m.former[k], binds)
+}
+
+// withBinds is kept with binds added, the last maxFormer kept.
+func withBinds(kept, binds []propagation.Bound) []propagation.Bound {
+	kept = slices.Clone(kept)
 	for _, b := range binds {
 		if !slices.Contains(kept, b) {
 			kept = append(kept, b)
@@ -75,7 +80,7 @@ func (m *heldMemo) remember(k growKey, binds []propagation.Bound) {
 	if len(kept) > maxFormer {
 		kept = slices.Clone(kept[len(kept)-maxFormer:])
 	}
-	m.former[k] = kept
+	return kept
 }
 
 // binds is what volume k's target had, as remember kept it.
@@ -120,38 +125,52 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 	if e.held.has(k, entry) {
 		return "", nil
 	}
-	// The verdict is the call's value, and the memo is written here, by
-	// the caller, only from a call that finished (see confirmSeenAt).
 	former := e.held.binds(k)
-	type verdict struct {
-		fresh bool   // QEMU holds nothing stale: remember the entry
-		why   string // why it is stale
-	}
-	v, err := isolation.Call(e.ns, func() (verdict, error) {
-		cur := propagation.Current{Block: true, Device: entry.device.Number()}
-		if entry.mountID != 0 {
-			id, err := propagation.TargetIdent(e.root.Path, hotplugDisks(launcher), target)
-			if err != nil {
-				return verdict{}, nil // gone or unsafe meanwhile: the observe or attach says so
-			}
-			cur = propagation.Current{File: id, Former: former}
-		}
-		h, detail, err := e.view.Held(string(launcher), target, cur)
-		if err != nil {
-			return verdict{}, nil // the pod's processes could not be listed: nothing told
-		}
-		if h != propagation.StaleOpen {
-			return verdict{fresh: true}, nil
-		}
-		return verdict{why: detail}, nil
+	v, err := isolation.Call(e.lookerOf(launcher).ns, func() (verdict, error) {
+		return e.heldHere(launcher, target, entry, former), nil
 	})
 	if errors.Is(err, isolation.ErrStuck) {
 		return "", stuck(err)
 	}
+	return e.noteHeld(k, entry, v), nil
+}
+
+// verdict is what heldHere tells of QEMU. It is the call's value, and the
+// memo is written by the caller (noteHeld), only from a call that
+// finished: an abandoned call may return after forgetLauncher dropped the
+// launcher, and must not bring it back.
+type verdict struct {
+	fresh bool   // QEMU holds nothing stale: remember the entry
+	why   string // why it is stale
+}
+
+// heldHere is staleOpen's question, on a thread in the host namespace;
+// former are the launcher's binds the target had.
+func (e *Engine) heldHere(launcher types.UID, target string, entry entryKey, former []propagation.Bound) verdict {
+	cur := propagation.Current{Block: true, Device: entry.device.Number()}
+	if entry.mountID != 0 {
+		id, err := propagation.TargetIdent(e.root.Path, hotplugDisks(launcher), target)
+		if err != nil {
+			return verdict{} // gone or unsafe meanwhile: the observe or attach says so
+		}
+		cur = propagation.Current{File: id, Former: former}
+	}
+	h, detail, err := e.view.Held(string(launcher), target, cur)
+	if err != nil {
+		return verdict{} // the pod's processes could not be listed: nothing told
+	}
+	if h != propagation.StaleOpen {
+		return verdict{fresh: true}
+	}
+	return verdict{why: detail}
+}
+
+// noteHeld remembers a fresh entry and returns why it is stale, or "".
+func (e *Engine) noteHeld(k growKey, entry entryKey, v verdict) string {
 	if v.fresh {
 		e.held.put(k, entry)
 	}
-	return v.why, nil
+	return v.why
 }
 
 // fileEntry is the entry of a filesystem or directory volume's bind, as

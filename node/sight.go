@@ -73,21 +73,31 @@ func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, bind ent
 	if e.sight.has(k, bind) {
 		return nil
 	}
-	// The look is the call's value; the memos are written here, by the
-	// caller, and only from a call that finished: an abandoned call may
-	// return after forgetLauncher dropped the launcher, and must not bring
-	// it back.
-	type seen struct {
-		look propagation.Look
-		why  error
-	}
-	s, err := isolation.Call(e.ns, func() (seen, error) {
-		look, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
-		return seen{look, why}, nil
-	})
+	s, err := isolation.Call(e.lookerOf(launcher).ns, func() (seen, error) { return e.seeHere(launcher, target), nil })
 	if errors.Is(err, isolation.ErrStuck) {
 		return stuck(err)
 	}
+	return e.noteSeen(k, bind, s)
+}
+
+// seen is what seeHere tells of the launcher's view. The look is the
+// call's value; the memos are written by the caller (noteSeen), only from
+// a call that finished: an abandoned call may return after forgetLauncher
+// dropped the launcher, and must not bring it back.
+type seen struct {
+	look propagation.Look
+	why  error
+}
+
+// seeHere is confirmSeen's question, on a thread in the host namespace.
+func (e *Engine) seeHere(launcher types.UID, target string) seen {
+	look, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
+	return seen{look, why}
+}
+
+// noteSeen remembers a bind the launcher sees, with the launcher's binds
+// of it for QEMU's check, and returns confirmSeen's verdict.
+func (e *Engine) noteSeen(k growKey, bind entryKey, s seen) error {
 	switch s.look.Sight {
 	case propagation.Seen:
 		e.sight.put(k, bind)

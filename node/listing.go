@@ -1,0 +1,179 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/mount"
+	"github.com/hpmount/hpmount/mountinfo"
+	"github.com/hpmount/hpmount/propagation"
+)
+
+// listing is what Observe finds in a launcher's hotplug-disks, read in one
+// call on the launcher's looker. Every call is a hand-off to a thread
+// locked in the host namespace and back; the table, the file and
+// directory binds, the block nodes and the bound files to probe were five
+// such hand-offs per launcher and pass, and on a node of hundreds of
+// launchers the hand-offs, not the syscalls, were most of an idle pass.
+type listing struct {
+	t     *mountinfo.Table
+	binds []bind
+	nodes []blockdev.Node
+	// bound is, by volume, the opened bind of each healthy file or
+	// directory volume whose storage is to be asked to answer
+	// (answers.go); the probe closes it.
+	bound map[string]*os.File
+}
+
+// errCovered is listHere's word that hotplug-disks is a mount of its own:
+// mount's rule for it needs the whole table (snapshot.go).
+var errCovered = errors.New("hotplug-disks is a mount of its own")
+
+// list reads the launcher's listing. hung names the volumes whose storage
+// has a probe pending: their binds are not opened again.
+func (e *Engine) list(s agent.Snapshot, launcher types.UID, hung func(volume string) bool) (listing, error) {
+	l := e.lookerOf(launcher)
+	var t *mountinfo.Table
+	switch s := s.(type) {
+	case tableSnapshot:
+		if t = s.t; t == nil {
+			return listing{}, fmt.Errorf("snapshot %T holds no mount table", s)
+		}
+	case *beneathSnapshot:
+	default:
+		return listing{}, fmt.Errorf("snapshot %T is not a mount table", s)
+	}
+	ls, err := isolation.Call(l.ns, func() (listing, error) { return e.listHere(l.here, t, launcher, hung) })
+	if bs, ok := s.(*beneathSnapshot); ok && errors.Is(err, errCovered) {
+		if t, err = bs.wholeTable(e); err != nil {
+			return listing{}, err
+		}
+		ls, err = isolation.Call(l.ns, func() (listing, error) { return e.listHere(l.here, t, launcher, hung) })
+	}
+	return ls, stuck(err)
+}
+
+// listHere is list on the looker's thread; t nil reads the launcher's own
+// mounts.
+func (e *Engine) listHere(a *mount.Attacher, t *mountinfo.Table, launcher types.UID, hung func(string) bool) (listing, error) {
+	dir := hotplugDisks(launcher)
+	if t == nil {
+		abs := e.root.Abs(dir)
+		var err error
+		if t, err = mountinfo.ReadBeneath(abs); err != nil {
+			return listing{}, err
+		}
+		if top, _ := t.Top(abs); top != nil {
+			return listing{}, errCovered
+		}
+	}
+	binds, err := observeBinds(a, t, dir)
+	if err != nil {
+		return listing{}, err
+	}
+	nodes, err := mount.InLauncherDir(a, t, dir, e.nodes.Observe)
+	if errors.Is(err, os.ErrNotExist) {
+		nodes, err = nil, nil
+	}
+	if err != nil {
+		return listing{}, err
+	}
+	ls := listing{t: t, binds: binds, nodes: nodes}
+	var names []string
+	for _, b := range binds {
+		if b.o.Healthy(b.o.Mode) && !hung(b.o.Name) {
+			names = append(names, b.target)
+		}
+	}
+	if len(names) == 0 {
+		return ls, nil
+	}
+	// A bind that cannot be opened is not probed: the next pass's listing
+	// tells what happened to it.
+	files, _ := a.OpenBound(t, dir, names)
+	ls.bound = map[string]*os.File{}
+	for _, b := range binds {
+		if f := files[b.target]; f != nil {
+			ls.bound[b.o.Name] = f
+		}
+	}
+	return ls, nil
+}
+
+// observeBinds lists the launcher's file and directory binds, unchecked,
+// each named by its volume.
+func observeBinds(a *mount.Attacher, t *mountinfo.Table, dir string) ([]bind, error) {
+	files, err := a.Observe(t, dir, kubelet.ReadFileTargets)
+	if err != nil {
+		return nil, err
+	}
+	// A directory target's name is its volume's (kubelet.DirTargetName).
+	dirs, err := a.ObserveDirs(t, dir, kubelet.ReadDirTargets)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bind, 0, len(files)+len(dirs))
+	for _, f := range files {
+		f.Name, _ = kubelet.FileTargetVolume(f.Name)
+		out = append(out, bindOf(f, kubevirt.Filesystem, kubelet.TargetName(f.Name)))
+	}
+	for _, d := range dirs {
+		out = append(out, bindOf(d, kubevirt.Directory, kubelet.DirTargetName(d.Name)))
+	}
+	return out, nil
+}
+
+// checkBind asks whether the launcher sees a healthy bind and, for a file,
+// whether QEMU holds a stale one, both in one call on the launcher's
+// looker, and only what the memos do not already know (sight.go,
+// held.go). A call stuck past its deadline marks the entry Unchecked.
+func (e *Engine) checkBind(launcher types.UID, b bind, o *agent.ObservedVolume) {
+	k := growKey{launcher, o.Name}
+	askSight := !e.sight.has(k, b.entry)
+	askHeld := o.Mode == kubevirt.Filesystem && b.entry.mountID != 0 && !e.held.has(k, b.entry)
+	if !askSight && !askHeld {
+		return
+	}
+	former := e.held.binds(k)
+	type answers struct {
+		seen seen
+		held verdict
+	}
+	got, err := isolation.Call(e.lookerOf(launcher).ns, func() (answers, error) {
+		var a answers
+		had := former
+		if askSight {
+			// QEMU's check needs the binds this look finds, as noteSeen
+			// will remember them.
+			if a.seen = e.seeHere(launcher, b.target); a.seen.look.Sight == propagation.Seen {
+				had = withBinds(had, a.seen.look.Binds)
+			}
+		}
+		if askHeld {
+			a.held = e.heldHere(launcher, b.target, b.entry, had)
+		}
+		return a, nil
+	})
+	if errors.Is(err, isolation.ErrStuck) {
+		o.Unchecked = stuck(err)
+		return
+	}
+	if askSight {
+		o.NotPropagated = e.noteSeen(k, b.entry, got.seen) != nil
+	}
+	if askHeld {
+		o.StaleWhy = e.noteHeld(k, b.entry, got.held)
+		o.StaleOpen = o.StaleWhy != ""
+	}
+}
