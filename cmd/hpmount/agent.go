@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -61,6 +62,7 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	if err := errors.Join(cfg.Validate(), nc.Validate(), api.validate()); err != nil {
 		return plugin.UsageError{Err: err}
 	}
+	collectSooner()
 	kube, dyn, err := api.clients("hpmount/" + version)
 	if err != nil {
 		return err
@@ -88,4 +90,17 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 		return err
 	}
 	return a.Run(cmd.Context())
+}
+
+// agentGCPercent is the agent's GOGC unless the environment sets one. Its
+// live heap is small and steady (the node's VMIs, pods and claims), and at
+// Go's default of 100 a settled agent holds as much garbage again until
+// the next cycle: that garbage was a third of its resident memory at 500
+// VMIs. The cycles it adds fall on a node that is idle most of the time.
+const agentGCPercent = 50
+
+func collectSooner() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(agentGCPercent)
+	}
 }
