@@ -16,7 +16,9 @@
 // bounds and the agent validates), the volume mode label is folded to
 // Filesystem, Block, Directory (memory-dump and utility volumes) or
 // unknown, and operation latency is a histogram per operation, not per
-// volume.
+// volume. The per-volume series are plain values in each volume's record,
+// written out only when scraped (volumes.go): a node's thousands of volumes
+// cost no series objects between scrapes.
 //
 // # Metrics (README section)
 //

@@ -77,10 +77,6 @@ type Metrics struct {
 	scanDuration      prometheus.Histogram
 	mountinfoEntries  prometheus.Gauge
 	unparsed          prometheus.Gauge
-	deviceSize        *prometheus.GaugeVec
-	filesystemSize    *prometheus.GaugeVec
-	diskImageSize     *prometheus.GaugeVec
-	staleOpen         *prometheus.GaugeVec
 	expansions        *prometheus.CounterVec
 	refusals          *prometheus.CounterVec
 	attachLatency     *prometheus.HistogramVec
@@ -94,9 +90,10 @@ type Metrics struct {
 	queueWait         *prometheus.HistogramVec
 
 	mu sync.Mutex
-	// vmis holds the last state reported for each volume of each VMI,
-	// from which hpmount_volumes is kept by increments and decrements.
-	vmis map[vmiKey]map[string]modeState
+	// vmis holds what was last reported of each volume of each VMI: its
+	// state, from which hpmount_volumes is kept by increments and
+	// decrements, and its per-volume series (volumes.go).
+	vmis map[vmiKey]map[string]*volume
 	// volumeGauges caches the hpmount_volumes children so that a state
 	// change does not hash label values.
 	volumeGauges map[modeState]prometheus.Gauge
@@ -121,10 +118,6 @@ func New(version, commit string) *Metrics {
 		scanDuration:      histogram(descScanDuration),
 		mountinfoEntries:  gauge(descMountinfoEntries),
 		unparsed:          gauge(descMountinfoUnparsed),
-		deviceSize:        gaugeVec(descDeviceSize),
-		filesystemSize:    gaugeVec(descFilesystemSize),
-		diskImageSize:     gaugeVec(descDiskImageSize),
-		staleOpen:         gaugeVec(descStaleOpen),
 		expansions:        counterVec(descExpansions),
 		refusals:          counterVec(descRefusals),
 		attachLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: descAttachLatency.Name, Help: descAttachLatency.Help,
@@ -139,7 +132,7 @@ func New(version, commit string) *Metrics {
 		queueAdds:    counterVec(descQueueAdds),
 		queueRetries: counterVec(descQueueRetries),
 		queueWait:    histogramVec(descQueueWait),
-		vmis:         make(map[vmiKey]map[string]modeState),
+		vmis:         make(map[vmiKey]map[string]*volume),
 		volumeGauges: make(map[modeState]prometheus.Gauge),
 	}
 	buildInfo := gaugeVec(descBuildInfo)
@@ -196,10 +189,7 @@ func New(version, commit string) *Metrics {
 		m.scanDuration,
 		m.mountinfoEntries,
 		m.unparsed,
-		m.deviceSize,
-		m.filesystemSize,
-		m.diskImageSize,
-		m.staleOpen,
+		volumeSeries{m},
 		m.expansions,
 		m.refusals,
 		m.attachLatency,
@@ -254,40 +244,32 @@ func (m *Metrics) SnapshotTaken(entries, unparsed int, d time.Duration) {
 // stale-open series.
 func (m *Metrics) VolumeState(namespace, vmi, volume, mode, state string) {
 	now := modeState{normalizeMode(mode), state}
-	key := vmiKey{namespace, vmi}
-
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	vols := m.vmis[key]
-	if vols == nil {
-		vols = make(map[string]modeState)
-		m.vmis[key] = vols
-	}
-	before, known := vols[volume]
+	v := m.volumeOf(namespace, vmi, volume)
+	before, known := v.ms, v.counted
 	if known && before == now {
 		return
 	}
-	vols[volume] = now
+	v.ms, v.counted = now, true
 	if known {
 		m.volumeGauge(before).Dec()
 	}
 	m.volumeGauge(now).Inc()
 	if state == agent.StateUnmounted && !(known && before.state == agent.StateUnmounted) {
-		labels := prometheus.Labels{"namespace": namespace, "vmi": vmi, "volume": volume}
-		m.deviceSize.Delete(labels)
-		m.filesystemSize.Delete(labels)
-		m.diskImageSize.Delete(labels)
-		m.staleOpen.Delete(labels)
+		v.dropSeries()
 	}
 }
 
 // VolumeStaleOpen sets hpmount_volume_stale_open of one volume to 1 or 0.
 func (m *Metrics) VolumeStaleOpen(namespace, vmi, volume string, stale bool) {
-	v := 0.0
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.volumeOf(namespace, vmi, volume)
+	v.stale, v.hasStale = 0, true
 	if stale {
-		v = 1
+		v.stale = 1
 	}
-	m.staleOpen.WithLabelValues(namespace, vmi, volume).Set(v)
 }
 
 // volumeGauge returns the cached hpmount_volumes child; m.mu is held.
@@ -304,14 +286,17 @@ func (m *Metrics) volumeGauge(k modeState) prometheus.Gauge {
 // check did not learn it (e.g. no disk.img on a block volume) and leaves
 // the series alone; "after" values win over "before" values.
 func (m *Metrics) VolumeSizes(namespace, vmi, volume string, r agent.GrowResult) {
-	set := func(v *prometheus.GaugeVec, bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.volumeOf(namespace, vmi, volume)
+	set := func(to *float64, bytes int64) {
 		if bytes > 0 {
-			v.WithLabelValues(namespace, vmi, volume).Set(float64(bytes))
+			*to = float64(bytes)
 		}
 	}
-	set(m.deviceSize, r.DeviceBytes)
-	set(m.filesystemSize, firstPositive(r.FilesystemAfter, r.FilesystemBefore))
-	set(m.diskImageSize, firstPositive(r.DiskImageAfter, r.DiskImageBefore))
+	set(&v.device, r.DeviceBytes)
+	set(&v.filesystem, firstPositive(r.FilesystemAfter, r.FilesystemBefore))
+	set(&v.diskImage, firstPositive(r.DiskImageAfter, r.DiskImageBefore))
 }
 
 // Expansion counts one growth check by outcome.
@@ -365,15 +350,12 @@ func (m *Metrics) ForgetVMI(namespace, vmi string) {
 	key := vmiKey{namespace, vmi}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, s := range m.vmis[key] {
-		m.volumeGauge(s).Dec()
+	for _, v := range m.vmis[key] {
+		if v.counted {
+			m.volumeGauge(v.ms).Dec()
+		}
 	}
 	delete(m.vmis, key)
-	labels := prometheus.Labels{"namespace": namespace, "vmi": vmi}
-	m.deviceSize.DeletePartialMatch(labels)
-	m.filesystemSize.DeletePartialMatch(labels)
-	m.diskImageSize.DeletePartialMatch(labels)
-	m.staleOpen.DeletePartialMatch(labels)
 }
 
 func normalizeMode(mode string) string {

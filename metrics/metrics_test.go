@@ -6,6 +6,7 @@ package metrics
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -251,7 +252,7 @@ hpmount_volume_device_size_bytes{namespace="ns",vmi="vm2",volume="raw"} 5.368709
 func TestVolumeStaleOpen(t *testing.T) {
 	m := New("dev", "none")
 	stale := func(vmi, volume string) float64 {
-		return testutil.ToFloat64(m.staleOpen.WithLabelValues("ns", vmi, volume))
+		return gathered(t, m, "hpmount_volume_stale_open", "ns", vmi, volume)
 	}
 	m.VolumeStaleOpen("ns", "vm1", "raw", true)
 	m.VolumeStaleOpen("ns", "vm1", "data", false)
@@ -264,8 +265,8 @@ func TestVolumeStaleOpen(t *testing.T) {
 		t.Fatalf("cleared stale-open = %v, want 0", got)
 	}
 	m.VolumeState("ns", "vm1", "data", "Filesystem", agent.StateUnmounted)
-	if n := testutil.CollectAndCount(m.staleOpen); n != 2 {
-		t.Fatalf("%d series after data was unmounted, want 2", n)
+	if n, err := testutil.GatherAndCount(m.Registry(), "hpmount_volume_stale_open"); err != nil || n != 2 {
+		t.Fatalf("%d series after data was unmounted (err %v), want 2", n, err)
 	}
 	m.ForgetVMI("ns", "vm1")
 	want := fmt.Sprintf(`
@@ -276,6 +277,32 @@ hpmount_volume_stale_open{namespace="ns",vmi="vm2",volume="raw"} 1
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "hpmount_volume_stale_open"); err != nil {
 		t.Fatalf("after ForgetVMI(ns, vm1): %v", err)
 	}
+}
+
+// gathered is the value of the per-volume series name of one volume, as a
+// scrape reads it; -1 when there is none.
+func gathered(t *testing.T, m *Metrics, name, namespace, vmi, volume string) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"namespace": namespace, "vmi": vmi, "volume": volume}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range s.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if maps.Equal(got, want) {
+				return s.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }
 
 func TestExpansionAndRefusal(t *testing.T) {
