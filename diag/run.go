@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
@@ -27,10 +29,14 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	if err := validate(&opts); err != nil {
 		return nil, err
 	}
-	table, source, err := loadTable(ctx, &opts)
-	if err != nil {
-		return nil, cannotRun("read the mount table", err)
-	}
+	// The table (findmnt's run, mostly CPU) is read while the API is
+	// listed (mostly waiting): a node's table takes as long as the lists.
+	loaded := make(chan tableLoad, 1)
+	go func() {
+		var l tableLoad
+		l.table, l.source, l.err = loadTable(ctx, &opts)
+		loaded <- l
+	}()
 	ns, err := isolation.OpenMountNamespace(opts.Host.MountNamespace())
 	if err != nil {
 		return nil, cannotRun("enter the host mount namespace", err)
@@ -44,22 +50,31 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	if err != nil {
 		return nil, cannotRun("find the kubelet root", err)
 	}
-	rep := &Report{APIVersion: APIVersion, Node: opts.NodeName, KubeletRoot: root.Path, MountSource: source,
+	var warnings []string
+	cl, err := collect(ctx, &opts, c, func(s string) { warnings = append(warnings, s) })
+	if err != nil {
+		return nil, err
+	}
+	l := <-loaded
+	if l.err != nil {
+		return nil, cannotRun("read the mount table", l.err)
+	}
+	table := l.table
+	rep := &Report{APIVersion: APIVersion, Node: opts.NodeName, KubeletRoot: root.Path, MountSource: l.source,
 		Volumes: []Volume{}, Orphans: []OrphanEntry{}}
 	warn := func(s string) { rep.Warnings = append(rep.Warnings, s) }
 	if k := table.Skipped(); k.Lines > 0 {
 		warn(fmt.Sprintf("%d lines of the mount table could not be parsed and were left out; the first: %v", k.Lines, k.First))
 	}
-	cl, err := collect(ctx, &opts, c, warn)
-	if err != nil {
-		return nil, err
+	for _, w := range warnings {
+		warn(w)
 	}
 	rep.Storage = cl.storage.Sources()
 	in := newInspector(&opts, root, table, ns)
 	rep.Propagation = in.checkPropagation()
+	rep.Volumes = append(rep.Volumes, inspectAll(ctx, in, cl)...)
 	scope := map[string]bool{}
 	for _, vmi := range cl.selected {
-		rep.Volumes = append(rep.Volumes, in.inspectVMI(ctx, cl, vmi)...)
 		for _, uid := range kubevirt.ActivePodsOn(vmi, opts.NodeName) {
 			scope[string(uid)] = true
 		}
@@ -75,6 +90,40 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 	}
 	rep.countProblems()
 	return rep, nil
+}
+
+// inspectAll inspects the selected VMIs in their order, on in and on a
+// second inspector with a thread of its own in the host namespace: each
+// look is a hand-off to such a thread and back, and one thread left a
+// node's thousand volumes waiting in line on a two-core node. Each VMI is
+// inspected wholly by one of them. Without a second thread, in does all.
+func inspectAll(ctx context.Context, in *inspector, cl *apiView) []Volume {
+	all := []*inspector{in}
+	if ns, err := isolation.OpenMountNamespace(in.opts.Host.MountNamespace()); err == nil && len(cl.selected) > 1 {
+		defer ns.Close()
+		ns.SetTimeout(in.timeout)
+		second := newInspector(in.opts, in.root, in.table, ns)
+		second.propErr = in.propErr
+		all = append(all, second)
+	} else if err == nil {
+		ns.Close()
+	}
+	per := make([][]Volume, len(cl.selected))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for _, x := range all {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(per); i = int(next.Add(1) - 1) {
+				per[i] = x.inspectVMI(ctx, cl, cl.selected[i])
+			}
+		})
+	}
+	wg.Wait()
+	var out []Volume
+	for _, vs := range per {
+		out = append(out, vs...)
+	}
+	return out
 }
 
 func validate(o *Options) error {
@@ -115,6 +164,13 @@ func newInspector(opts *Options, root kubelet.Root, table *mountinfo.Table, ns *
 			CgroupRoot: in.rules.Root(), Pods: &podcgroup.Finder{}}
 	}
 	return in
+}
+
+// tableLoad is loadTable's result.
+type tableLoad struct {
+	table  *mountinfo.Table
+	source string
+	err    error
 }
 
 // loadTable is LoadTable within the call deadline: findmnt is killed at
