@@ -17,6 +17,10 @@ type ProcStat struct {
 	// CPU is user plus system time; RSS and Peak are VmRSS and VmHWM.
 	CPU       time.Duration
 	RSS, Peak int64
+	// RSSFile is the part of RSS that is pages of mapped files (RssFile):
+	// the executable's code and data read so far, which the kernel can
+	// drop and read again; the rest is the process's own memory.
+	RSSFile int64
 }
 
 // ReadProcStat reads it for pid.
@@ -50,6 +54,8 @@ func ReadProcStat(pid int) (ProcStat, error) {
 			p.RSS = kb << 10
 		case "VmHWM":
 			p.Peak = kb << 10
+		case "RssFile":
+			p.RSSFile = kb << 10
 		}
 	}
 	return p, sc.Err()

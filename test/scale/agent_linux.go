@@ -47,9 +47,14 @@ func (a *agent) stop() { a.Stop() }
 
 func (a *agent) ready() bool { return a.Ready() == nil }
 
+// scrapeClient asks for the metrics uncompressed: the harness polls far
+// more often than Prometheus, and gzip would cost the agent's CPU, not the
+// harness's.
+var scrapeClient = &http.Client{Transport: &http.Transport{DisableCompression: true}}
+
 // scrape reads the agent's metrics.
 func (a *agent) scrape() (metrics, error) {
-	resp, err := http.Get("http://" + a.metrics + "/metrics")
+	resp, err := scrapeClient.Get("http://" + a.metrics + "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +183,18 @@ func (h hist) quantile(q float64) float64 {
 // profile saves the agent's CPU profile over d to path.
 func (a *agent) profile(path string, d time.Duration) error {
 	return a.save(path, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", a.metrics, int(d.Seconds())))
+}
+
+// startProfile saves the agent's CPU profile of its first d, asked for as
+// soon as its metrics endpoint answers.
+func (a *agent) startProfile(path string, d time.Duration) error {
+	for time.Since(a.started) < d {
+		if err := a.profile(path, d); err == nil {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("the agent's metrics endpoint did not answer within %s", d)
 }
 
 // heapProfile saves the agent's heap profile to path.

@@ -43,8 +43,10 @@ type options struct {
 	agentArgs   []string
 	cpuProfile  string
 	heapProfile string
-	steps       string
-	qemuVMIs    int
+	// startProfile is where the first cold start's CPU profile goes.
+	startProfile string
+	steps        string
+	qemuVMIs     int
 	// clusterClaims is how many claims the cluster holds for the claim
 	// rows (claims_linux.go).
 	clusterClaims int
@@ -72,6 +74,7 @@ func parseFlags() options {
 	flag.IntVar(&o.qemuVMIs, "qemu-launchers", 20, "VMIs of the loaded node whose launcher runs a real QEMU for the VMI-change-to-QEMU row (0: skip)")
 	flag.StringVar(&o.steps, "steps", "fresh,cold,claims,loaded,big", "measurements to run, in this order")
 	flag.IntVar(&o.clusterClaims, "cluster-claims", 20000, "claims in the cluster for the claim rows, the node's included")
+	flag.StringVar(&o.startProfile, "start-profile", "", "save the agent's CPU profile of its first cold start (3 s from its exec) here (runs the agent with --profiling)")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the agent's heap profile after the idle window here (runs the agent with --profiling)")
 	flag.Func("agent-arg", "one more argument for the agent (repeatable), e.g. --agent-arg=--profiling", func(s string) error {
 		o.agentArgs = append(o.agentArgs, s)
@@ -82,7 +85,7 @@ func parseFlags() options {
 	// row needs them), whatever the agent's default may become; a later
 	// --agent-arg=--mount-events=false still turns them off.
 	o.agentArgs = append([]string{"--mount-events"}, o.agentArgs...)
-	if o.cpuProfile != "" || o.heapProfile != "" {
+	if o.cpuProfile != "" || o.heapProfile != "" || o.startProfile != "" {
 		o.agentArgs = append(o.agentArgs, "--profiling")
 	}
 	return o

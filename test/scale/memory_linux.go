@@ -22,7 +22,10 @@ type memory struct {
 	// not released to the kernel (heap idle minus heap released): part of
 	// the settled RSS that no live object accounts for.
 	heapUnreturned float64 // MiB
-	scrapes        int
+	// file is the part of the settled RSS that is pages of the executable
+	// (RssFile).
+	file    float64 // MiB
+	scrapes int
 }
 
 // settle waits opts.settle with nothing changing on the node, scraping the
@@ -45,7 +48,7 @@ func (e *env) settle(a *agent) (memory, error) {
 	if err != nil {
 		return m, err
 	}
-	m.peak, m.settled = float64(p.Peak)/(1<<20), float64(p.RSS)/(1<<20)
+	m.peak, m.settled, m.file = float64(p.Peak)/(1<<20), float64(p.RSS)/(1<<20), float64(p.RSSFile)/(1<<20)
 	m.heapInUse = last.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
 	m.heapUnreturned = (last.sum("go_memstats_heap_idle_bytes", nil) - last.sum("go_memstats_heap_released_bytes", nil)) / (1 << 20)
 	return m, nil
@@ -63,11 +66,12 @@ func (e *env) measureMemory(a *agent, what string, target float64) error {
 		unit: "MiB", runs: []float64{m.peak}})
 	e.report.add(row{what: fmt.Sprintf("agent RSS, %s: settled (VmRSS after %s with nothing changing)", what, e.opts.settle),
 		unit: "MiB", runs: []float64{m.settled}, target: target,
-		note: fmt.Sprintf("%d scrapes, every %s; at the last, Go heap in use %.0f MiB and heap held but not returned to the kernel %.0f MiB",
-			m.scrapes, e.opts.scrapeEvery, m.heapInUse, m.heapUnreturned)})
+		note: fmt.Sprintf("%d scrapes, every %s; at the last, Go heap in use %.0f MiB and heap held but not returned to the kernel %.0f MiB; "+
+			"%.0f MiB of the RSS are pages of the executable (RssFile)",
+			m.scrapes, e.opts.scrapeEvery, m.heapInUse, m.heapUnreturned, m.file)})
 	e.report.explain("memory", memoryProse)
-	fmt.Printf("   memory, %s: high-water mark %.0f MiB, settled %.0f MiB (heap in use %.0f MiB, not returned %.0f MiB)\n",
-		what, m.peak, m.settled, m.heapInUse, m.heapUnreturned)
+	fmt.Printf("   memory, %s: high-water mark %.0f MiB, settled %.0f MiB (heap in use %.0f MiB, not returned %.0f MiB, executable %.0f MiB)\n",
+		what, m.peak, m.settled, m.heapInUse, m.heapUnreturned, m.file)
 	return nil
 }
 
