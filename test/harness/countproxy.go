@@ -9,13 +9,17 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,10 +31,20 @@ import (
 // every request unchanged, and counts what the server sends back for one
 // resource: bytes as they crossed the wire, requests by kind, and the
 // objects in the answers to GETs and lists (a watch's are not decoded).
+// For the resource "" it counts the bytes and requests of every resource,
+// decodes nothing, and keeps a log of the requests the server answered.
+//
+// While the server cannot be reached the proxy closes the client's
+// connection without an answer, as a client sees an API server that is
+// down: a 502 would be an answer, which the agent treats as one. For an
+// outage it stages, a test takes the proxy Down with the server and Up
+// after it: a connection the proxy held open would otherwise keep a
+// client waiting on a server that no longer exists.
 type CountingProxy struct {
 	// URL is the proxy's address.
 	URL      string
 	srv      *httptest.Server
+	handler  http.Handler
 	resource string
 
 	mu       sync.Mutex
@@ -39,6 +53,20 @@ type CountingProxy struct {
 	objects  int
 	distinct map[string]bool // namespace/name of each object received
 	names    map[string]bool
+	log      []Request
+}
+
+// Request is one request the API server answered, for the resource "".
+type Request struct {
+	At time.Time
+	// Kind is "GET", "LIST" or "WATCH"; Resource the plural asked for;
+	// Stream the resource and selectors of a list or watch, which name
+	// one informer's stream.
+	Kind, Resource, Stream string
+	// Initial marks a watch that lists first (sendInitialEvents, as
+	// client-go's informers list by default): a list, served as a watch.
+	Initial bool
+	Status  int
 }
 
 // ProxyCount is what a client received for the resource.
@@ -72,10 +100,45 @@ func StartCountingProxy(cfg *rest.Config, resource string) (*CountingProxy, erro
 	rp.Transport = &http.Transport{TLSClientConfig: tlsCfg, Proxy: nil}
 	rp.FlushInterval = -1
 	rp.ModifyResponse = p.count
+	rp.ErrorHandler = hangUp
+	// A watch cut by the server going down is what the proxy is for, not
+	// news to log.
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	p.handler = rp
 	p.srv = httptest.NewUnstartedServer(rp)
 	p.srv.StartTLS()
 	p.URL = p.srv.URL
 	return p, nil
+}
+
+// Down closes the proxy's listener and every connection through it: its
+// clients see what the clients of a stopped API server see, their
+// connections broken and new ones refused, whatever the proxy's own
+// protocol with them would otherwise let them wait for. Up serves again.
+func (p *CountingProxy) Down() {
+	p.mu.Lock()
+	srv := p.srv
+	p.mu.Unlock()
+	srv.Listener.Close()
+	srv.CloseClientConnections()
+}
+
+// Up listens again, after Down, on the same address with the same
+// certificate.
+func (p *CountingProxy) Up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, err := net.Listen("tcp", p.srv.Listener.Addr().String())
+	if err != nil {
+		return fmt.Errorf("proxy up again: %w", err)
+	}
+	old := p.srv
+	p.srv = httptest.NewUnstartedServer(p.handler)
+	p.srv.Listener.Close()
+	p.srv.Listener = l
+	p.srv.StartTLS()
+	go old.Close() // waits for the handlers cut by Down
+	return nil
 }
 
 // Config is cfg pointed at the proxy, with cfg's credentials.
@@ -88,9 +151,30 @@ func (p *CountingProxy) Config(cfg *rest.Config) *rest.Config {
 	return c
 }
 
+// hangUp closes the client's connection without an answer.
+func hangUp(w http.ResponseWriter, _ *http.Request, _ error) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			c.Close()
+			return
+		}
+	}
+	http.Error(w, "api server unreachable", http.StatusBadGateway)
+}
+
+// Log is every request answered so far, for the resource "".
+func (p *CountingProxy) Log() []Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.log)
+}
+
 // Close stops the proxy.
 func (p *CountingProxy) Close() error {
-	p.srv.Close()
+	p.mu.Lock()
+	srv := p.srv
+	p.mu.Unlock()
+	srv.Close()
 	return nil
 }
 
@@ -102,6 +186,9 @@ func (p *CountingProxy) Count() ProxyCount {
 }
 
 func (p *CountingProxy) count(resp *http.Response) error {
+	if p.resource == "" {
+		return p.countAll(resp)
+	}
 	path := resp.Request.URL.Path
 	i := strings.Index(path, "/"+p.resource)
 	if i < 0 {
@@ -125,6 +212,52 @@ func (p *CountingProxy) count(resp *http.Response) error {
 		gzipped: resp.Header.Get("Content-Encoding") == "gzip"}
 	resp.Body = body
 	return nil
+}
+
+// countAll counts an answer for any resource and logs its request.
+func (p *CountingProxy) countAll(resp *http.Response) error {
+	q := resp.Request.URL.Query()
+	resource, name := apiResource(resp.Request.URL.Path)
+	r := Request{At: time.Now(), Kind: "LIST", Resource: resource, Status: resp.StatusCode}
+	switch {
+	case q.Get("watch") == "true":
+		r.Kind, r.Initial = "WATCH", q.Get("sendInitialEvents") == "true"
+	case name != "" || strings.HasPrefix(resource, "/"):
+		r.Kind = "GET" // an object, or a path such as /readyz
+	}
+	if name == "" {
+		r.Stream = resource + "?" + q.Get("labelSelector") + "&" + q.Get("fieldSelector")
+	}
+	p.mu.Lock()
+	p.reqs[r.Kind]++
+	p.log = append(p.log, r)
+	p.mu.Unlock()
+	resp.Body = &countedBody{ReadCloser: resp.Body, p: p}
+	return nil
+}
+
+// apiResource is the resource and object name of an API path:
+// /api/v1/namespaces/ns/pods/name and /apis/group/version/things alike.
+func apiResource(path string) (resource, name string) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return path, ""
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	if len(parts) == 0 {
+		return "", ""
+	}
+	if len(parts) > 1 {
+		name = parts[1]
+	}
+	return parts[0], name
 }
 
 // countedBody counts the bytes read through it and, at the end, the

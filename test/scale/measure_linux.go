@@ -39,6 +39,7 @@ func (e *env) measureAll() error {
 		{"cold", "cold start", e.measureColdStart},
 		{"claims", "claims of a large cluster", e.measureClaims},
 		{"loaded", "loaded node", e.measureLoadedNode},
+		{"fleet", fmt.Sprintf("cluster of %d agents", fleetNodes), e.measureFleet},
 		{"big", fmt.Sprintf("%d VMIs", e.opts.bigVMIs), e.measureBig},
 	}
 	want := strings.Split(e.opts.steps, ",")
