@@ -79,7 +79,8 @@ bench: deps
 	HPMOUNT_REQUIRE_ROOT=1 $(GO) test -run '^$$' -bench . -benchmem ./...
 
 # The node-scale harness (250 VMIs x 4 volumes, 10k mounts, a real API
-# server) and the Go benchmarks; writes BENCHMARKS.md. About 11 minutes.
+# server), a cluster of 20 agents through an API outage, and the Go
+# benchmarks; writes BENCHMARKS.md. About 25 minutes.
 # Smaller: make bench-node BENCH_NODE_FLAGS="--vmis 50 --idle 10s --storm 10s --big-vmis 0 --settle 10s".
 bench-node: deps tools build
 	$(GO) run ./test/scale --binary $(CURDIR)/bin/hpmount --out $(CURDIR)/BENCHMARKS.md $(BENCH_NODE_FLAGS)

@@ -10,8 +10,10 @@
 // CPU, reconcile and mountinfo costs, one launcher read with statmount
 // against the whole table, memory, diag, a storm of changes, what the
 // agent receives for claims in a cluster of 20,000 claims beside an
-// informer of every claim, and the time from a VMI change to a real QEMU's
-// open of the disk in its launcher), checks that the node ends correct (every target mounted once,
+// informer of every claim, the time from a VMI change to a real QEMU's
+// open of the disk in its launcher, and a cluster of 20 agents, each on a
+// node of its own, through a 60 s API outage: fleet_linux.go), checks that
+// the node ends correct (every target mounted once,
 // every block node right, no changing syscall on a restart), and writes
 // BENCHMARKS.md.
 //
