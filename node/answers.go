@@ -59,6 +59,23 @@ func (m *answerMemo) hung(k growKey) *probe {
 	}
 }
 
+// waiting is the volumes of launcher whose probe has not returned.
+func (m *answerMemo) waiting(launcher types.UID) map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]bool{}
+	for k, p := range m.pending {
+		select {
+		case <-p.done:
+		default:
+			if k.launcher == launcher {
+				out[k.name] = true
+			}
+		}
+	}
+	return out
+}
+
 func (m *answerMemo) put(k growKey, p *probe) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

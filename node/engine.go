@@ -231,7 +231,7 @@ func refusal(err error) error {
 // healthy bind's storage is then asked to answer off the namespace's
 // thread (answers.go) before anything else is asked of it.
 func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
-	ls, err := e.list(s, launcher, func(volume string) bool { return e.answers.hung(growKey{launcher, volume}) != nil })
+	ls, err := e.list(s, launcher, e.answers.waiting(launcher))
 	if err != nil {
 		return nil, err
 	}

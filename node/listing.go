@@ -41,8 +41,9 @@ type listing struct {
 var errCovered = errors.New("hotplug-disks is a mount of its own")
 
 // list reads the launcher's listing. hung names the volumes whose storage
-// has a probe pending: their binds are not opened again.
-func (e *Engine) list(s agent.Snapshot, launcher types.UID, hung func(volume string) bool) (listing, error) {
+// has a probe pending: their binds are not opened again. It is read before
+// the call: an abandoned call reads no memo.
+func (e *Engine) list(s agent.Snapshot, launcher types.UID, hung map[string]bool) (listing, error) {
 	l := e.lookerOf(launcher)
 	var t *mountinfo.Table
 	switch s := s.(type) {
@@ -66,7 +67,7 @@ func (e *Engine) list(s agent.Snapshot, launcher types.UID, hung func(volume str
 
 // listHere is list on the looker's thread; t nil reads the launcher's own
 // mounts.
-func (e *Engine) listHere(a *mount.Attacher, t *mountinfo.Table, launcher types.UID, hung func(string) bool) (listing, error) {
+func (e *Engine) listHere(a *mount.Attacher, t *mountinfo.Table, launcher types.UID, hung map[string]bool) (listing, error) {
 	dir := hotplugDisks(launcher)
 	if t == nil {
 		abs := e.root.Abs(dir)
@@ -92,7 +93,7 @@ func (e *Engine) listHere(a *mount.Attacher, t *mountinfo.Table, launcher types.
 	ls := listing{t: t, binds: binds, nodes: nodes}
 	var names []string
 	for _, b := range binds {
-		if b.o.Healthy(b.o.Mode) && !hung(b.o.Name) {
+		if b.o.Healthy(b.o.Mode) && !hung[b.o.Name] {
 			names = append(names, b.target)
 		}
 	}
