@@ -119,6 +119,16 @@ func inspectAll(ctx context.Context, in *inspector, cl *apiView) []Volume {
 		})
 	}
 	wg.Wait()
+	// The orphan search, on in, reads the launchers' listings the
+	// volumes were judged by, whichever inspector made them.
+	for _, x := range all[1:] {
+		for dir, o := range x.observedDirs {
+			if in.observedDirs == nil {
+				in.observedDirs = map[string]observation{}
+			}
+			in.observedDirs[dir] = o
+		}
+	}
 	var out []Volume
 	for _, vs := range per {
 		out = append(out, vs...)
