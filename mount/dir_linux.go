@@ -126,11 +126,25 @@ func inspectDirTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file strin
 		tg.top, tg.depth = stackOn(t, tg.id, dirID)
 		return tg, nil
 	}
+	if afterDirTargetOpen != nil {
+		afterDirTargetOpen(where)
+	}
 	if err := emptyRootOwned(dir, dirID, file, tg.st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			// Removed since it was opened: virt-handler removes its
+			// own target directories, and racing it is the normal case
+			// at the end of a migration. Nothing is there, as above.
+			return target{}, nil
+		}
 		return tg, fmt.Errorf("target %q: %w", where, err)
 	}
 	return tg, nil
 }
+
+// afterDirTargetOpen, when set, runs between a directory target's open and
+// its emptiness check: tests remove the directory there, as a peer's
+// cleanup does.
+var afterDirTargetOpen func(where string)
 
 // emptyRootOwned refuses an unmounted target directory the agent cannot
 // have left: one with content, or not owned by root. The launcher can

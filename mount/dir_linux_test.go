@@ -219,6 +219,43 @@ func TestDetachDirKeepsContent(t *testing.T) {
 	}
 }
 
+// TestDirTargetRemovedMidLook: a target directory removed between its
+// open and the check that it is empty (virt-handler cleaning up its own
+// at the end of a migration) is gone, not an error: the detach has
+// nothing to do and the observe lists nothing.
+func TestDirTargetRemovedMidLook(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(n *node) error
+	}{
+		{"detach", func(n *node) error {
+			res, err := n.a.DetachDir(hostTable(t), launchDir, "dump")
+			if err == nil && res != outcome.Unchanged {
+				return fmt.Errorf("detach: %v, want Unchanged", res)
+			}
+			return err
+		}},
+		{"observe", func(n *node) error {
+			obs, err := n.a.ObserveDirs(hostTable(t), launchDir, listDirs)
+			if err == nil && len(obs) != 0 {
+				return fmt.Errorf("observe: %+v, want nothing", obs)
+			}
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "ext4")
+			target := n.path(launchDir, "dump")
+			must(t, os.Mkdir(target, 0o755))
+			afterDirTargetOpen = func(string) { must(t, os.Remove(target)) }
+			t.Cleanup(func() { afterDirTargetOpen = nil })
+			if err := tc.call(n); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestAttachDirLeavesThePeerGroup: a directory volume's bind leaves the
 // peer group of the kubelet's (shared) volume mount, on every kernel path:
 // mount_setattr (5.12+), open_tree without it (5.2 to 5.11: ENOSYS, then
