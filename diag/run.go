@@ -99,14 +99,14 @@ func Run(ctx context.Context, opts Options, c Clients) (*Report, error) {
 // inspected wholly by one of them. Without a second thread, in does all.
 func inspectAll(ctx context.Context, in *inspector, cl *apiView) []Volume {
 	all := []*inspector{in}
-	if ns, err := isolation.OpenMountNamespace(in.opts.Host.MountNamespace()); err == nil && len(cl.selected) > 1 {
-		defer ns.Close()
-		ns.SetTimeout(in.timeout)
-		second := newInspector(in.opts, in.root, in.table, ns)
-		second.propErr = in.propErr
-		all = append(all, second)
-	} else if err == nil {
-		ns.Close()
+	if len(cl.selected) > 1 {
+		if ns, err := isolation.OpenMountNamespace(in.opts.Host.MountNamespace()); err == nil {
+			defer ns.Close()
+			ns.SetTimeout(in.timeout)
+			second := newInspector(in.opts, in.root, in.table, ns)
+			second.propErr = in.propErr
+			all = append(all, second)
+		}
 	}
 	per := make([][]Volume, len(cl.selected))
 	var next atomic.Int64

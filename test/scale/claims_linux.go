@@ -178,25 +178,8 @@ func (e *env) createOtherClaims(n int) error {
 			return err
 		}
 	}
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				if err := createOtherClaim(e.ctx, kube, i); err != nil {
-					failed.Store(&err)
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		return fmt.Errorf("create claims: %w", *err)
+	if err := inParallel(n, func(i int) error { return createOtherClaim(e.ctx, kube, i) }); err != nil {
+		return fmt.Errorf("create claims: %w", err)
 	}
 	return nil
 }
@@ -213,4 +196,31 @@ func createOtherClaim(ctx context.Context, kube kubernetes.Interface, i int) err
 	}
 	_, err := kube.CoreV1().PersistentVolumeClaims(pvc.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
 	return err
+}
+
+// inParallel calls fn for 0..n-1 on 16 goroutines, as many requests in
+// flight as the harness's unthrottled client keeps the API server busy
+// with, and returns one of the errors.
+func inParallel(n int, fn func(int) error) error {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				if err := fn(i); err != nil {
+					failed.Store(&err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -108,25 +106,9 @@ func (e *env) fleetNodes() ([]*simnode.Node, error) {
 			return nodes, err
 		}
 	}
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	for range 16 {
-		wg.Go(func() {
-			for g := range work {
-				if err := e.addFleetVM(nodes[g/len(e.vms)].Name, g); err != nil {
-					failed.Store(&err)
-				}
-			}
-		})
-	}
-	for g := range len(nodes) * len(e.vms) {
-		work <- g
-	}
-	close(work)
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		return nodes, fmt.Errorf("create the fleet's VMIs: %w", *err)
+	err := inParallel(len(nodes)*len(e.vms), func(g int) error { return e.addFleetVM(nodes[g/len(e.vms)].Name, g) })
+	if err != nil {
+		return nodes, fmt.Errorf("create the fleet's VMIs: %w", err)
 	}
 	return nodes, nil
 }
