@@ -8,7 +8,9 @@
 //   - What is mounted, found one of two ways chosen at New (snapshot.go):
 //     on Linux ≥ 6.8, each call reads its own launcher's hotplug-disks with
 //     statmount(2) and listmount(2) (mountinfo.ReadBeneath), so a change
-//     costs a few syscalls instead of a read of the node's whole table;
+//     costs a few syscalls instead of a read of the node's whole table
+//     (what Observe read serves the batch's later calls about the launcher
+//     until one changes it);
 //     where the kernel cannot (mountinfo.ErrNoStatmount) or
 //     Config.WholeTable says so, the host's mountinfo is read once per
 //     batch and shared by every call of a reconcile. A launcher whose

@@ -303,6 +303,12 @@ func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing)
 // it is missing and Config.CreateDiskImages allows), binds a directory
 // volume's PVC root, or makes and allows a block volume's node.
 func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
+	r, err := e.attach(s, v)
+	forget(s, v.LauncherUID, r, err)
+	return r, err
+}
+
+func (e *Engine) attach(s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
 	if v.Mode == kubevirt.Block {
 		t, err := e.tableFor(e.ns, s, v.LauncherUID)
 		if err != nil {
@@ -331,6 +337,12 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 // Detach unmounts and removes a filesystem or directory volume's target,
 // or removes a block node and its cgroup rule.
 func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
+	r, err := e.detach(s, launcher, o)
+	forget(s, launcher, r, err)
+	return r, err
+}
+
+func (e *Engine) detach(s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
 	t, err := e.tableFor(e.ns, s, launcher)
 	if err != nil {
 		return outcome.Unchanged, err

@@ -61,6 +61,8 @@ func (e *Engine) list(s agent.Snapshot, launcher types.UID, hung map[string]bool
 			return listing{}, err
 		}
 		ls, err = isolation.Call(l.ns, func() (listing, error) { return e.listHere(l.here, t, launcher, hung) })
+	} else if ok && err == nil {
+		bs.keep(launcher, ls.t)
 	}
 	return ls, stuck(err)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // observationNode is a linkedRoot with one engine per observation path:
@@ -243,5 +244,53 @@ func TestObservationStatmountReadsOneLauncher(t *testing.T) {
 	}
 	if _, err := e.tableFor(e.ns, tableSnapshot{}, launcherUID); err == nil || errors.Is(err, agent.ErrStuck) {
 		t.Fatalf("an empty table snapshot gave %v, want a plain error", err)
+	}
+}
+
+// TestObservationKeptUntilChanged: with statmount, the mounts Observe read
+// for a launcher serve the snapshot's later calls about it (a verify that
+// changes nothing keeps them) until a call changes the launcher; the call
+// after that reads again, so a second detach in the same snapshot finds
+// the target gone instead of acting on the first one's table.
+func TestObservationKeptUntilChanged(t *testing.T) {
+	n := newObservationNode(t)
+	e := n.paths["statmount"]
+	ctx := context.Background()
+	n.clean(t)
+	t.Cleanup(func() { n.clean(t) })
+	if got, want := n.attachAll(e), "fs: mounted false; blk: created false; "; got != want {
+		t.Fatalf("attach: %s, want %s", got, want)
+	}
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	obs, err := e.Observe(ctx, snap, launcherUID)
+	must(t, err)
+	bs := snap.(*beneathSnapshot)
+	listed, ok := bs.kept(launcherUID)
+	if !ok {
+		t.Fatal("Observe kept no mounts for the launcher")
+	}
+	if tbl, err := e.tableFor(e.ns, snap, launcherUID); err != nil || tbl != listed {
+		t.Fatalf("a call after Observe read the launcher again (err %v)", err)
+	}
+	if r, err := e.Attach(ctx, snap, n.vols[1]); err != nil || r != outcome.Unchanged {
+		t.Fatalf("verify of the block volume: %s %v, want unchanged", r, err)
+	}
+	if _, ok := bs.kept(launcherUID); !ok {
+		t.Fatal("a verify that changed nothing dropped the kept mounts")
+	}
+	var fs agent.ObservedVolume
+	for _, o := range obs {
+		if o.Name == "fs" {
+			fs = o
+		}
+	}
+	for k, want := range []outcome.Result{outcome.Removed, outcome.Unchanged} {
+		if r, err := e.Detach(ctx, snap, launcherUID, fs); err != nil || r != want {
+			t.Fatalf("detach %d of fs: %s %v, want %s", k+1, r, err, want)
+		}
+		if _, ok := bs.kept(launcherUID); ok {
+			t.Fatalf("detach %d: the launcher's mounts are still kept", k+1)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mountinfo"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // A batch's snapshot is one of two kinds, chosen at New:
@@ -40,10 +41,50 @@ func (s tableSnapshot) Unparsed() (int, error) {
 // whole table is read at most once per snapshot, only for a launcher whose
 // hotplug-disks is a mount of its own: mount's rule for that mount (its
 // tmpfs mounted nowhere else on the node) needs every mount of the node.
+//
+// A launcher's mounts read by Observe serve the snapshot's later calls
+// about the launcher (the verify of its block nodes, its growth checks)
+// until the engine changes something in its hotplug-disks: the same
+// promise the whole table of tableSnapshot makes, for the same life (the
+// agent's snapshot cache drops a snapshot after a second, or at once for a
+// launcher changed since the read). Read again per call, a resync wave
+// read each launcher's mounts up to six times.
 type beneathSnapshot struct {
 	once  sync.Once
 	whole *mountinfo.Table
 	err   error
+
+	mu     sync.Mutex
+	listed map[types.UID]*mountinfo.Table
+}
+
+// keep remembers the launcher's mounts as Observe read them.
+func (s *beneathSnapshot) keep(launcher types.UID, t *mountinfo.Table) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listed == nil {
+		s.listed = map[types.UID]*mountinfo.Table{}
+	}
+	s.listed[launcher] = t
+}
+
+func (s *beneathSnapshot) kept(launcher types.UID) (*mountinfo.Table, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.listed[launcher]
+	return t, ok
+}
+
+// forget drops the launcher's mounts after a call that may have changed
+// them: a change, or an error that leaves unsaid what was done.
+func forget(s agent.Snapshot, launcher types.UID, r outcome.Result, err error) {
+	bs, ok := s.(*beneathSnapshot)
+	if !ok || (r == outcome.Unchanged && err == nil) {
+		return
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	delete(bs.listed, launcher)
 }
 
 // Entries is 0: no table was read for the batch.
@@ -75,6 +116,9 @@ func (e *Engine) tableFor(ns *isolation.MountNamespace, s agent.Snapshot, launch
 			return s.t, nil
 		}
 	case *beneathSnapshot:
+		if t, ok := s.kept(launcher); ok && len(also) == 0 {
+			return t, nil
+		}
 		dir := e.root.Abs(hotplugDisks(launcher))
 		paths := make([]string, len(also))
 		for k, p := range also {
