@@ -19,16 +19,57 @@ const maxCachedPods = 4096
 // still exists; the subtree below it is walked every time, since
 // containers come and go.
 type Finder struct {
-	mu   sync.Mutex
-	dirs map[string]string // pod UID → pod cgroup directory
+	// Settled keeps each pod's Cgroups as first found, subtree and all, and
+	// answers every later Find of the pod from it: for a reader that looks
+	// at the node once and reports it as it found it (a diag run asks about
+	// each launcher pod twice per volume). The agent's own Finder leaves
+	// it off, as containers come and go under a pod it watches for days;
+	// a pass over one pod uses Settle.
+	Settled bool
+
+	mu    sync.Mutex
+	index *Finder            // whose pod directories this one uses (Settle)
+	dirs  map[string]string  // pod UID → pod cgroup directory
+	found map[string]settled // pod UID → what Find returned, when Settled
 }
 
 // Find returns the cgroups of the pod, from the remembered directory when it
-// still exists. The zero Finder is ready to use.
+// still exists. The zero Finder is ready to use. The Cgroups returned are
+// not to be changed: a Settled Finder hands the same ones to every caller.
 func (c *Finder) Find(root, podUID string) (*Cgroups, error) {
 	if err := validatePodUID(podUID); err != nil {
 		return nil, err
 	}
+	if !c.Settled {
+		return c.find(root, podUID)
+	}
+	c.mu.Lock()
+	f, ok := c.found[podUID]
+	c.mu.Unlock()
+	if ok && f.root == root {
+		return f.cgs, f.err
+	}
+	f = settled{root: root}
+	f.cgs, f.err = c.find(root, podUID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.found == nil {
+		c.found = map[string]settled{}
+	}
+	c.found[podUID] = f
+	return f.cgs, f.err
+}
+
+// settled is a Settled Finder's answer for one pod, a miss included: a
+// pod whose cgroup is not there is not searched for again by every
+// question about it.
+type settled struct {
+	root string
+	cgs  *Cgroups
+	err  error
+}
+
+func (c *Finder) find(root, podUID string) (*Cgroups, error) {
 	if dir, ok := c.get(podUID); ok {
 		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
 			desc, err := walkSubtree(dir)
@@ -57,6 +98,20 @@ func (c *Finder) Find(root, podUID string) (*Cgroups, error) {
 	return cgs, nil
 }
 
+// Settle returns a Settled Finder that shares c's pod directories: for one
+// pass over a pod (the agent's checks of a launcher's binds in one
+// reconcile), whose questions are answered by one walk of the pod's
+// subtree, while a pod directory it finds is remembered where c keeps it.
+func (c *Finder) Settle() *Finder { return &Finder{Settled: true, index: c.owner()} }
+
+// owner is the Finder that keeps the pod directories.
+func (c *Finder) owner() *Finder {
+	if c.index != nil {
+		return c.index
+	}
+	return c
+}
+
 // putAll remembers every unambiguous pod directory of an index.
 func (c *Finder) putAll(index map[string][]string) {
 	for uid, dirs := range index {
@@ -67,6 +122,7 @@ func (c *Finder) putAll(index map[string][]string) {
 }
 
 func (c *Finder) get(uid string) (string, bool) {
+	c = c.owner()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok := c.dirs[uid]
@@ -74,12 +130,14 @@ func (c *Finder) get(uid string) (string, bool) {
 }
 
 func (c *Finder) forget(uid string) {
+	c = c.owner()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.dirs, uid)
 }
 
 func (c *Finder) put(uid, dir string) {
+	c = c.owner()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dirs == nil {

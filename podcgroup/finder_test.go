@@ -91,3 +91,74 @@ func TestPodDirsIndexesTheTreeOnce(t *testing.T) {
 		t.Fatal("a pod with two cgroups was found")
 	}
 }
+
+// TestSettledFinderAnswersAsFirstFound: a Settled Finder answers every
+// Find of a pod, a miss included, as it found it first, and searches for
+// another pod on its own.
+func TestSettledFinderAnswersAsFirstFound(t *testing.T) {
+	root := t.TempDir()
+	mk := dirMaker(t, root)
+	mk("kubepods/podabc/ctr1")
+	c := Finder{Settled: true}
+	first, err := c.Find(root, "abc")
+	if err != nil || len(first.Descendants) != 1 {
+		t.Fatalf("find = %+v, %v", first, err)
+	}
+	if _, err := c.Find(root, "def"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("find of a missing pod = %v, want ErrNotFound", err)
+	}
+	mk("kubepods/podabc/ctr2")
+	mk("kubepods/poddef")
+	for _, tc := range []struct {
+		uid     string
+		want    *Cgroups
+		wantErr error
+	}{
+		{"abc", first, nil},
+		{"def", nil, ErrNotFound},
+	} {
+		got, err := c.Find(root, tc.uid)
+		if got != tc.want || !errors.Is(err, tc.wantErr) {
+			t.Errorf("find %s again = %+v, %v; want the first answer", tc.uid, got, err)
+		}
+	}
+	mk("kubepods/podghi")
+	if got, err := c.Find(root, "ghi"); err != nil || got.PodUID != "ghi" {
+		t.Errorf("find of another pod = %+v, %v", got, err)
+	}
+}
+
+// TestSettleSharesTheIndex: a Finder from Settle answers a pod as it first
+// found it, and the pod directories it found are remembered by the Finder
+// it came from, which still walks the subtree anew.
+func TestSettleSharesTheIndex(t *testing.T) {
+	root := t.TempDir()
+	mk := dirMaker(t, root)
+	mk("kubepods/podabc/ctr1")
+	var c Finder
+	pass := c.Settle()
+	first, err := pass.Find(root, "abc")
+	if err != nil || len(first.Descendants) != 1 {
+		t.Fatalf("find = %+v, %v", first, err)
+	}
+	if dir, ok := c.get("abc"); !ok || dir != filepath.Join(root, "kubepods/podabc") {
+		t.Fatalf("the settled pass left %q, %v in the shared index", dir, ok)
+	}
+	mk("kubepods/podabc/ctr2")
+	if again, err := pass.Find(root, "abc"); err != nil || again != first {
+		t.Fatalf("the pass found %+v, %v again, want its first answer", again, err)
+	}
+	if now, err := c.Find(root, "abc"); err != nil || len(now.Descendants) != 2 {
+		t.Fatalf("the shared finder found %+v, %v, want the new container", now, err)
+	}
+}
+
+// dirMaker makes directories below root, parents and all.
+func dirMaker(t *testing.T, root string) func(rel string) {
+	return func(rel string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, rel), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
