@@ -170,8 +170,11 @@ func newInspector(opts *Options, root kubelet.Root, table *mountinfo.Table, ns *
 		in.rulesErr = errors.New("no device cgroup implementation")
 	}
 	if in.rulesErr == nil {
+		// Each launcher pod's cgroups are found once per run: the launcher
+		// is asked about twice per volume, and the report is of the node
+		// as diag found it.
 		in.view = propagation.LauncherView{Proc: opts.Host.Proc, Dir: kubevirt.HotplugDisksMountPath,
-			CgroupRoot: in.rules.Root(), Pods: &podcgroup.Finder{}}
+			CgroupRoot: in.rules.Root(), Pods: &podcgroup.Finder{Settled: true}}
 	}
 	return in
 }

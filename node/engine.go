@@ -287,6 +287,13 @@ func targetName(volume string, name func(string) string) (string, error) {
 // next check of that entry is not asked.
 func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing) {
 	hung := e.answered(ctx, launcher, ls)
+	// The pass's checks find the launcher pod's cgroups once, not twice
+	// per bind: six walks of the pod's cgroups per launcher were a tenth
+	// of a cold start.
+	view := e.view
+	if view.Pods != nil {
+		view.Pods = view.Pods.Settle()
+	}
 	for k := range ls.binds {
 		o := &ls.binds[k].o
 		if !o.Healthy(o.Mode) {
@@ -295,7 +302,7 @@ func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing)
 		if o.Unchecked = hung[o.Name]; o.Unchecked != nil {
 			continue
 		}
-		e.checkBind(launcher, ls.binds[k], o)
+		e.checkBind(view, launcher, ls.binds[k], o)
 	}
 }
 

@@ -127,7 +127,7 @@ func (e *Engine) staleOpen(launcher types.UID, name, target string, entry entryK
 	}
 	former := e.held.binds(k)
 	v, err := isolation.Call(e.lookerOf(launcher).ns, func() (verdict, error) {
-		return e.heldHere(launcher, target, entry, former), nil
+		return e.heldHere(e.view, launcher, target, entry, former), nil
 	})
 	if errors.Is(err, isolation.ErrStuck) {
 		return "", stuck(err)
@@ -145,8 +145,8 @@ type verdict struct {
 }
 
 // heldHere is staleOpen's question, on a thread in the host namespace;
-// former are the launcher's binds the target had.
-func (e *Engine) heldHere(launcher types.UID, target string, entry entryKey, former []propagation.Bound) verdict {
+// former are the launcher's binds the target had; view is whom it asks.
+func (e *Engine) heldHere(view propagation.LauncherView, launcher types.UID, target string, entry entryKey, former []propagation.Bound) verdict {
 	cur := propagation.Current{Block: true, Device: entry.device.Number()}
 	if entry.mountID != 0 {
 		id, err := propagation.TargetIdent(e.root.Path, hotplugDisks(launcher), target)
@@ -155,7 +155,7 @@ func (e *Engine) heldHere(launcher types.UID, target string, entry entryKey, for
 		}
 		cur = propagation.Current{File: id, Former: former}
 	}
-	h, detail, err := e.view.Held(string(launcher), target, cur)
+	h, detail, err := view.Held(string(launcher), target, cur)
 	if err != nil {
 		return verdict{} // the pod's processes could not be listed: nothing told
 	}

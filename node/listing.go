@@ -141,7 +141,7 @@ func observeBinds(a *mount.Attacher, t *mountinfo.Table, dir string) ([]bind, er
 // whether QEMU holds a stale one, both in one call on the launcher's
 // looker, and only what the memos do not already know (sight.go,
 // held.go). A call stuck past its deadline marks the entry Unchecked.
-func (e *Engine) checkBind(launcher types.UID, b bind, o *agent.ObservedVolume) {
+func (e *Engine) checkBind(view propagation.LauncherView, launcher types.UID, b bind, o *agent.ObservedVolume) {
 	k := growKey{launcher, o.Name}
 	askSight := !e.sight.has(k, b.entry)
 	askHeld := o.Mode == kubevirt.Filesystem && b.entry.mountID != 0 && !e.held.has(k, b.entry)
@@ -159,12 +159,12 @@ func (e *Engine) checkBind(launcher types.UID, b bind, o *agent.ObservedVolume) 
 		if askSight {
 			// QEMU's check needs the binds this look finds, as noteSeen
 			// will remember them.
-			if a.seen = e.seeHere(launcher, b.target); a.seen.look.Sight == propagation.Seen {
+			if a.seen = e.seeHere(view, launcher, b.target); a.seen.look.Sight == propagation.Seen {
 				had = withBinds(had, a.seen.look.Binds)
 			}
 		}
 		if askHeld {
-			a.held = e.heldHere(launcher, b.target, b.entry, had)
+			a.held = e.heldHere(view, launcher, b.target, b.entry, had)
 		}
 		return a, nil
 	})

@@ -73,7 +73,7 @@ func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, bind ent
 	if e.sight.has(k, bind) {
 		return nil
 	}
-	s, err := isolation.Call(e.lookerOf(launcher).ns, func() (seen, error) { return e.seeHere(launcher, target), nil })
+	s, err := isolation.Call(e.lookerOf(launcher).ns, func() (seen, error) { return e.seeHere(e.view, launcher, target), nil })
 	if errors.Is(err, isolation.ErrStuck) {
 		return stuck(err)
 	}
@@ -89,9 +89,10 @@ type seen struct {
 	why  error
 }
 
-// seeHere is confirmSeen's question, on a thread in the host namespace.
-func (e *Engine) seeHere(launcher types.UID, target string) seen {
-	look, why := e.view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
+// seeHere is confirmSeen's question, on a thread in the host namespace,
+// asked through view.
+func (e *Engine) seeHere(view propagation.LauncherView, launcher types.UID, target string) seen {
+	look, why := view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
 	return seen{look, why}
 }
 
