@@ -288,8 +288,8 @@ func targetName(volume string, name func(string) string) (string, error) {
 func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing) {
 	hung := e.answered(ctx, launcher, ls)
 	// The pass's checks find the launcher pod's cgroups once, not twice
-	// per bind: six walks of the pod's cgroups per launcher were a tenth
-	// of a cold start.
+	// per bind: those walks were nearly a tenth of a cold start's CPU on
+	// the scale node.
 	view := e.view
 	if view.Pods != nil {
 		view.Pods = view.Pods.Settle()
