@@ -48,6 +48,9 @@ type Attacher struct {
 	// seam for tests, which hold a call there to give it up at a chosen
 	// step.
 	BeforeChange func(step string)
+
+	// opened is the launcher directory a WithLauncherDir copy holds.
+	opened *openedDir
 }
 
 // Observed is one target found in a hotplug-disks directory.

@@ -203,6 +203,9 @@ func rootOf(m *mountinfo.Info, hostPath string) string {
 // openTargetDir does. A targetDir that does not exist is no directory and
 // no error: there is nothing in it to observe or detach.
 func (a *Attacher) existingTargetDir(t *mountinfo.Table, targetDir string) (*os.File, uint64, error) {
+	if dir, id, ok := a.opened.again(targetDir); ok {
+		return dir, id, nil
+	}
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return nil, 0, err

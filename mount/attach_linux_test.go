@@ -578,3 +578,42 @@ func TestDeadSourceIsObservedAndDetached(t *testing.T) {
 		t.Fatalf("target still there: %v", err)
 	}
 }
+
+// TestWithLauncherDirLooksAsAlone: through WithLauncherDir, Observe,
+// ObserveDirs, OpenBound and InLauncherDir find what each finds alone,
+// each from the start of the directory however many looks came before;
+// a missing directory leaves each look to find nothing, as alone.
+func TestWithLauncherDirLooksAsAlone(t *testing.T) {
+	n := newNode(t, "ext4")
+	_, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "v.img")
+	must(t, err)
+	must(t, os.Mkdir(n.path(launchDir, "other"), 0o755))
+	here := *n.a
+	here.NS = nil // WithLauncherDir runs on the caller's thread
+	look := func(a *Attacher, dir string) string {
+		tbl := hostTable(t)
+		files, ferr := a.Observe(tbl, dir, listFiles)
+		dirs, derr := a.ObserveDirs(tbl, dir, listDirs)
+		bound, berr := a.OpenBound(tbl, dir, []string{"v.img"})
+		for _, f := range bound {
+			f.Close()
+		}
+		names, nerr := InLauncherDir(a, tbl, dir, func(d *os.File) ([]string, error) { return d.Readdirnames(-1) })
+		slices.Sort(names)
+		return fmt.Sprintf("files %v %v; dirs %v %v; bound %d %v; names %v %v",
+			files, ferr, dirs, derr, len(bound), berr, names, errors.Is(nerr, fs.ErrNotExist))
+	}
+	for _, dir := range []string{launchDir, "pods/none/volumes/kubernetes.io~empty-dir/hotplug-disks"} {
+		alone := look(&here, dir)
+		var held []string
+		must(t, here.WithLauncherDir(hostTable(t), dir, func(a *Attacher) error {
+			held = append(held, look(a, dir), look(a, dir))
+			return nil
+		}))
+		for k, got := range held {
+			if got != alone {
+				t.Errorf("%s, look %d through WithLauncherDir:\n%s\nalone:\n%s", dir, k+1, got, alone)
+			}
+		}
+	}
+}

@@ -48,6 +48,9 @@
 // volumes reach hotplug-disks through InLauncherDir, which hands blockdev
 // the checked descriptor, and Uncover removes whatever is mounted on a
 // block node's name (never hpmount's) without touching what is bound.
+// WithLauncherDir judges the directory once for several looks in one call
+// (the agent's listing of a launcher): each look opens it again from the
+// judged descriptor.
 //
 // It refuses kubelet paths and names of its own: where a volume is
 // published, where a launcher's hotplug-disks is, and what a volume's

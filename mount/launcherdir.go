@@ -10,6 +10,20 @@ import (
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
+// WithLauncherDir calls fn with a copy of a through which the launcher's
+// hotplug-disks directory targetDir is opened and judged once: Observe,
+// ObserveDirs, OpenBound and InLauncherDir made through the copy each open
+// it again from that descriptor (one openat of ".", with an offset of its
+// own) instead of walking from the kubelet root and judging its mount
+// again. The agent's listing of one launcher made four such walks. The
+// looks then all see the directory that was judged, even if it is
+// replaced meanwhile. It runs on the caller's thread, so a's NS must be
+// nil (a thread already in the host namespace); a directory that cannot
+// be opened leaves each call to open it, and fail, as it would alone.
+func (a *Attacher) WithLauncherDir(t *mountinfo.Table, targetDir string, fn func(*Attacher) error) error {
+	return a.withLauncherDir(t, targetDir, fn)
+}
+
 // InLauncherDir runs fn in a's namespace (see Attacher.NS) on the
 // launcher's hotplug-disks directory targetDir, relative to a.KubeletRoot,
 // opened exactly as a's own operations open it: beneath the kubelet root,

@@ -106,6 +106,9 @@ func checkEmptyDirMount(t *mountinfo.Table, id, podsID uint64, mountPoint, rel s
 }
 
 func (a *Attacher) openLauncherDir(t *mountinfo.Table, targetDir string) (*os.File, error) {
+	if dir, _, ok := a.opened.again(targetDir); ok {
+		return dir, nil
+	}
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return nil, err
@@ -124,4 +127,41 @@ func uncover(s steps, t *mountinfo.Table, dir *os.File, name string) (int, error
 		return 0, err
 	}
 	return peel(s, t, dir, dirID, name)
+}
+
+// openedDir is the launcher directory a WithLauncherDir copy holds open.
+type openedDir struct {
+	rel string
+	dir *os.File
+	id  uint64
+}
+
+func (a *Attacher) withLauncherDir(t *mountinfo.Table, targetDir string, fn func(*Attacher) error) error {
+	root, err := openKubeletRoot(a.KubeletRoot)
+	if err != nil {
+		return fn(a)
+	}
+	dir, id, err := openTargetDir(t, root, targetDir)
+	root.Close()
+	if err != nil {
+		return fn(a)
+	}
+	defer dir.Close()
+	held := *a
+	held.opened = &openedDir{rel: targetDir, dir: dir, id: id}
+	return fn(&held)
+}
+
+// again opens the held directory anew when it is rel: "." from its
+// descriptor is the same directory on the same mount, with no path walked
+// and an offset of its own for a listing.
+func (o *openedDir) again(rel string) (*os.File, uint64, bool) {
+	if o == nil || o.rel != rel {
+		return nil, 0, false
+	}
+	fd, err := unix.Openat(int(o.dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, false
+	}
+	return os.NewFile(uintptr(fd), o.dir.Name()), o.id, true
 }

@@ -81,6 +81,18 @@ func (e *Engine) listHere(a *mount.Attacher, t *mountinfo.Table, launcher types.
 			return listing{}, errCovered
 		}
 	}
+	var ls listing
+	err := a.WithLauncherDir(t, dir, func(a *mount.Attacher) error {
+		var err error
+		ls, err = e.listOpened(a, t, dir, hung)
+		return err
+	})
+	return ls, err
+}
+
+// listOpened is listHere's looks, through a, which holds the launcher's
+// hotplug-disks open (mount.Attacher.WithLauncherDir).
+func (e *Engine) listOpened(a *mount.Attacher, t *mountinfo.Table, dir string, hung map[string]bool) (listing, error) {
 	binds, err := observeBinds(a, t, dir)
 	if err != nil {
 		return listing{}, err
