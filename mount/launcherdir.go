@@ -17,9 +17,10 @@ import (
 // own) instead of walking from the kubelet root and judging its mount
 // again. The agent's listing of one launcher made four such walks. The
 // looks then all see the directory that was judged, even if it is
-// replaced meanwhile. It runs on the caller's thread, so a's NS must be
-// nil (a thread already in the host namespace); a directory that cannot
-// be opened leaves each call to open it, and fail, as it would alone.
+// replaced meanwhile. It opens on the caller's thread, so only an a whose
+// NS is nil (on a thread already in the host namespace) holds anything;
+// with another a, or a directory that cannot be opened, each call opens
+// it, and fails, as it would alone.
 func (a *Attacher) WithLauncherDir(t *mountinfo.Table, targetDir string, fn func(*Attacher) error) error {
 	return a.withLauncherDir(t, targetDir, fn)
 }

@@ -137,6 +137,9 @@ type openedDir struct {
 }
 
 func (a *Attacher) withLauncherDir(t *mountinfo.Table, targetDir string, fn func(*Attacher) error) error {
+	if a.NS != nil {
+		return fn(a) // the walk would run on this thread, not in a.NS
+	}
 	root, err := openKubeletRoot(a.KubeletRoot)
 	if err != nil {
 		return fn(a)

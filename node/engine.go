@@ -311,7 +311,7 @@ func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing)
 // volume's PVC root, or makes and allows a block volume's node.
 func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
 	r, err := e.attach(s, v)
-	forget(s, v.LauncherUID, r, err)
+	forgetListed(s, v.LauncherUID, r, err)
 	return r, err
 }
 
@@ -345,7 +345,7 @@ func (e *Engine) attach(s agent.Snapshot, v agent.DesiredVolume) (outcome.Result
 // or removes a block node and its cgroup rule.
 func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
 	r, err := e.detach(s, launcher, o)
-	forget(s, launcher, r, err)
+	forgetListed(s, launcher, r, err)
 	return r, err
 }
 

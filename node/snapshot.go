@@ -75,9 +75,9 @@ func (s *beneathSnapshot) kept(launcher types.UID) (*mountinfo.Table, bool) {
 	return t, ok
 }
 
-// forget drops the launcher's mounts after a call that may have changed
+// forgetListed drops the launcher's mounts after a call that may have changed
 // them: a change, or an error that leaves unsaid what was done.
-func forget(s agent.Snapshot, launcher types.UID, r outcome.Result, err error) {
+func forgetListed(s agent.Snapshot, launcher types.UID, r outcome.Result, err error) {
 	bs, ok := s.(*beneathSnapshot)
 	if !ok || (r == outcome.Unchanged && err == nil) {
 		return
