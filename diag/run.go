@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -122,12 +123,10 @@ func inspectAll(ctx context.Context, in *inspector, cl *apiView) []Volume {
 	// The orphan search, on in, reads the launchers' listings the
 	// volumes were judged by, whichever inspector made them.
 	for _, x := range all[1:] {
-		for dir, o := range x.observedDirs {
-			if in.observedDirs == nil {
-				in.observedDirs = map[string]observation{}
-			}
-			in.observedDirs[dir] = o
+		if in.observedDirs == nil {
+			in.observedDirs = map[string]observation{}
 		}
+		maps.Copy(in.observedDirs, x.observedDirs)
 	}
 	var out []Volume
 	for _, vs := range per {
@@ -174,7 +173,7 @@ func newInspector(opts *Options, root kubelet.Root, table *mountinfo.Table, ns *
 		// is asked about twice per volume, and the report is of the node
 		// as diag found it.
 		in.view = propagation.LauncherView{Proc: opts.Host.Proc, Dir: kubevirt.HotplugDisksMountPath,
-			CgroupRoot: in.rules.Root(), Pods: &podcgroup.Finder{Settled: true}}
+			CgroupRoot: in.rules.Root(), Pods: new(podcgroup.Finder).Settle()}
 	}
 	return in
 }

@@ -6,8 +6,8 @@
 // any --cgroup-root), every cgroup below it, the cgroup of one container of
 // the pod by the container ID of the pod status (each runtime's and cgroup
 // driver's naming, ContainerDirNames), where each pod's directory is
-// remembered between searches (and, for a reader that looks once, a
-// Settled Finder's whole answer per pod), and which processes run in them.
+// remembered between searches (and, for a reader that looks once, each
+// pod's whole answer: Settle), and which processes run in them.
 //
 // Walks are bounded in depth and size and never follow symlinks; a pod UID
 // that is not letters, digits, '-' and '_' (a container ID that is not

@@ -19,28 +19,22 @@ const maxCachedPods = 4096
 // still exists; the subtree below it is walked every time, since
 // containers come and go.
 type Finder struct {
-	// Settled keeps each pod's Cgroups as first found, subtree and all, and
-	// answers every later Find of the pod from it: for a reader that looks
-	// at the node once and reports it as it found it (a diag run asks about
-	// each launcher pod twice per volume). The agent's own Finder leaves
-	// it off, as containers come and go under a pod it watches for days;
-	// a pass over one pod uses Settle.
-	Settled bool
-
-	mu    sync.Mutex
-	index *Finder            // whose pod directories this one uses (Settle)
-	dirs  map[string]string  // pod UID → pod cgroup directory
-	found map[string]settled // pod UID → what Find returned, when Settled
+	mu sync.Mutex
+	// settled keeps each pod's Cgroups as first found (Settle).
+	settled bool
+	index   *Finder            // whose pod directories this one uses (Settle)
+	dirs    map[string]string  // pod UID → pod cgroup directory
+	found   map[string]settled // pod UID → what Find returned, when settled
 }
 
 // Find returns the cgroups of the pod, from the remembered directory when it
 // still exists. The zero Finder is ready to use. The Cgroups returned are
-// not to be changed: a Settled Finder hands the same ones to every caller.
+// not to be changed: a settled Finder hands the same ones to every caller.
 func (c *Finder) Find(root, podUID string) (*Cgroups, error) {
 	if err := validatePodUID(podUID); err != nil {
 		return nil, err
 	}
-	if !c.Settled {
+	if !c.settled {
 		return c.find(root, podUID)
 	}
 	c.mu.Lock()
@@ -60,7 +54,7 @@ func (c *Finder) Find(root, podUID string) (*Cgroups, error) {
 	return f.cgs, f.err
 }
 
-// settled is a Settled Finder's answer for one pod, a miss included: a
+// settled is a settled Finder's answer for one pod, a miss included: a
 // pod whose cgroup is not there is not searched for again by every
 // question about it.
 type settled struct {
@@ -98,11 +92,16 @@ func (c *Finder) find(root, podUID string) (*Cgroups, error) {
 	return cgs, nil
 }
 
-// Settle returns a Settled Finder that shares c's pod directories: for one
-// pass over a pod (the agent's checks of a launcher's binds in one
-// reconcile), whose questions are answered by one walk of the pod's
-// subtree, while a pod directory it finds is remembered where c keeps it.
-func (c *Finder) Settle() *Finder { return &Finder{Settled: true, index: c.owner()} }
+// Settle returns a settled Finder that shares c's pod directories: it
+// keeps each pod's Cgroups as first found, subtree and all, a miss
+// included, and answers every later Find of the pod from it. It is for a
+// reader that looks once and reports what it found: one pass over a
+// launcher (the agent's checks of its binds in one reconcile), or one
+// diag run, which asks about each launcher pod twice per volume. A pod
+// directory it finds is remembered where c keeps it. c itself walks the
+// subtree anew on each Find, as containers come and go under a pod the
+// agent watches for days.
+func (c *Finder) Settle() *Finder { return &Finder{settled: true, index: c.owner()} }
 
 // owner is the Finder that keeps the pod directories.
 func (c *Finder) owner() *Finder {

@@ -92,14 +92,14 @@ func TestPodDirsIndexesTheTreeOnce(t *testing.T) {
 	}
 }
 
-// TestSettledFinderAnswersAsFirstFound: a Settled Finder answers every
+// TestSettledFinderAnswersAsFirstFound: a settled Finder answers every
 // Find of a pod, a miss included, as it found it first, and searches for
 // another pod on its own.
 func TestSettledFinderAnswersAsFirstFound(t *testing.T) {
 	root := t.TempDir()
 	mk := dirMaker(t, root)
 	mk("kubepods/podabc/ctr1")
-	c := Finder{Settled: true}
+	c := new(Finder).Settle()
 	first, err := c.Find(root, "abc")
 	if err != nil || len(first.Descendants) != 1 {
 		t.Fatalf("find = %+v, %v", first, err)
