@@ -248,9 +248,19 @@ func (ta *testAgent) addPods(t testing.TB, pods ...*corev1.Pod) {
 
 func (ta *testAgent) setVMI(t testing.TB, u *unstructured.Unstructured) {
 	t.Helper()
-	if err := ta.vmiInformer.GetIndexer().Add(u); err != nil {
+	if err := ta.vmiInformer.GetIndexer().Add(recordOf(t, u)); err != nil {
 		t.Fatalf("add vmi: %v", err)
 	}
+}
+
+// recordOf is u as the VMI informers cache it.
+func recordOf(t testing.TB, u *unstructured.Unstructured) *vmiRecord {
+	t.Helper()
+	out, err := RecordVMI(u)
+	if err != nil {
+		t.Fatalf("record vmi: %v", err)
+	}
+	return out.(*vmiRecord)
 }
 
 func (ta *testAgent) events() []string {

@@ -56,13 +56,13 @@ func indexByClaim(obj any) ([]string, error) {
 	return keys, nil
 }
 
-// decodeCached decodes a VMI of an informer cache.
+// decodeCached returns the decoded VMI of a VMI cache's object.
 func decodeCached(obj any) (*kubevirt.VMI, error) {
-	u, ok := obj.(*unstructured.Unstructured)
+	r, ok := obj.(*vmiRecord)
 	if !ok {
 		return nil, fmt.Errorf("vmi cache holds %T", obj)
 	}
-	return kubevirt.DecodeVMI(u)
+	return r.vmi, r.decodeErr
 }
 
 func (a *Agent) setupInformers() error {
@@ -78,7 +78,7 @@ func (a *Agent) setupInformers() error {
 	a.podInformer = a.newInformer("pods", &corev1.Pod{}, a.kube, listWatch(pods.List, pods.Watch, podsOfNode))
 	a.vmiInformer = a.newInformer("vmis", &unstructured.Unstructured{}, a.dyn, listWatch(vmis.List, vmis.Watch, vmisOfNode))
 	a.claims = newClaimCache(a.kube)
-	transforms := map[string]cache.TransformFunc{"pods": TrimPod, "vmis": TrimVMI}
+	transforms := map[string]cache.TransformFunc{"pods": TrimPod, "vmis": RecordVMI}
 	for name, inf := range map[string]cache.SharedIndexInformer{"pods": a.podInformer, "vmis": a.vmiInformer} {
 		if err := inf.SetTransform(transforms[name]); err != nil {
 			return fmt.Errorf("set transform on %s informer: %w", name, err)
@@ -112,7 +112,7 @@ func (a *Agent) setupTargetInformer() error {
 		},
 	})
 	inf := a.vmiTargetInformer
-	if err := inf.SetTransform(TrimVMI); err != nil {
+	if err := inf.SetTransform(RecordVMI); err != nil {
 		return fmt.Errorf("set transform on migration target vmi informer: %w", err)
 	}
 	if err := inf.AddIndexers(cache.Indexers{uidIndex: indexByUID, claimIndex: indexByClaim}); err != nil {
@@ -272,17 +272,22 @@ func (a *Agent) PodByUID(uid types.UID) (*corev1.Pod, bool) {
 	return pod, ok
 }
 
-// cachedVMI returns the VMI of key from the informer cache.
-func (a *Agent) cachedVMI(key string) (*unstructured.Unstructured, bool, error) {
-	obj, exists, err := a.vmiInformer.GetIndexer().GetByKey(key)
+// cachedVMI returns the record of key from the node's VMI cache.
+func (a *Agent) cachedVMI(key string) (*vmiRecord, bool, error) {
+	return cachedRecord(a.vmiInformer, key)
+}
+
+// cachedRecord returns the record of key from a VMI cache.
+func cachedRecord(inf cache.SharedIndexInformer, key string) (*vmiRecord, bool, error) {
+	obj, exists, err := inf.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
 		return nil, false, err
 	}
-	u, ok := obj.(*unstructured.Unstructured)
+	r, ok := obj.(*vmiRecord)
 	if !ok {
 		return nil, false, fmt.Errorf("vmi cache holds %T for %q", obj, key)
 	}
-	return u, true, nil
+	return r, true, nil
 }
 
 // resyncLoop enqueues every VMI of the node, and every key still being

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -29,7 +30,9 @@ import (
 
 // TestTrimTransforms: what the informers cache is only what the agent
 // reads; managedFields, a launcher's containers and a VMI's domain are
-// dropped, and decoding and the ownership rules see no difference.
+// dropped, and decoding and the ownership rules see no difference. A VMI's
+// status.volumeStatus is kept as sent, unknown fields and large numbers
+// included: the status patch tests it.
 func TestTrimTransforms(t *testing.T) {
 	mf := []metav1.ManagedFieldsEntry{{Manager: "virt-controller", Operation: metav1.ManagedFieldsOperationUpdate}}
 	now := metav1.Now()
@@ -59,26 +62,43 @@ func TestTrimTransforms(t *testing.T) {
 
 	u := vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID})
 	u.SetManagedFields(mf)
+	u.SetAnnotations(map[string]string{"kubevirt.io/latest-observed-api-version": "v1"})
 	_ = unstructured.SetNestedField(u.Object, map[string]any{"devices": map[string]any{"disks": []any{"big"}}}, "spec", "domain")
-	out, err = TrimVMI(u)
+	entry := map[string]any{"name": "hp", "size": int64(9007199254740993), "containerDiskVolume": map[string]any{"checksum": int64(1)}}
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "volumeStatus")
+	list = append(list, entry)
+	_ = unstructured.SetNestedSlice(u.Object, list, "status", "volumeStatus")
+	r := recordOf(t, u)
+	if r.decodeErr != nil || len(r.vmi.ManagedFields) != 0 || len(r.vmi.Annotations) != 0 {
+		t.Fatalf("vmi record kept managedFields or annotations, or failed: %+v, %v", r.vmi, r.decodeErr)
+	}
+	want, got := kt.Decode(u), r.vmi
+	if got.UID != want.UID || r.UID != want.UID || got.Labels[kubevirt.LabelNodeName] != testNode || len(got.Spec.Volumes) != 1 ||
+		got.Status.VolumeStatusByName("hp") == nil || got.Status.ActivePods[launcherUID] != testNode {
+		t.Fatalf("vmi record decodes to %+v, want what %+v has", got, want)
+	}
+	cached, err := r.volumeStatusList()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tu := out.(*unstructured.Unstructured)
-	if len(tu.GetManagedFields()) != 0 {
-		t.Fatal("vmi kept managedFields")
+	sent, _ := json.Marshal(list)
+	if kept, _ := json.Marshal(cached); string(kept) != string(sent) {
+		t.Fatalf("cached volumeStatus is %s, the API server sent %s", kept, sent)
 	}
-	if _, found, _ := unstructured.NestedFieldNoCopy(tu.Object, "spec", "domain"); found {
-		t.Fatal("vmi kept spec.domain")
-	}
-	want, got := kt.Decode(u), kt.Decode(tu)
-	if got.UID != want.UID || got.Labels[kubevirt.LabelNodeName] != testNode || len(got.Spec.Volumes) != 1 ||
-		got.Status.VolumeStatusByName("hp") == nil || got.Status.ActivePods[launcherUID] != testNode {
-		t.Fatalf("trimmed vmi decodes to %+v, want what %+v has", got, want)
-	}
+	t.Run("malformed vmi is cached with its error", func(t *testing.T) {
+		bad := vmiObject()
+		_ = unstructured.SetNestedField(bad.Object, "not-a-list", "spec", "volumes")
+		r := recordOf(t, bad)
+		if r.vmi != nil || r.decodeErr == nil || r.Name != kt.VMIName || r.Namespace != testNS {
+			t.Fatalf("record of a malformed vmi: %+v", r)
+		}
+		if vmi, err := decodeCached(r); vmi != nil || err == nil {
+			t.Fatalf("decodeCached = %v, %v; want the decode error", vmi, err)
+		}
+	})
 	t.Run("tombstone passes through", func(t *testing.T) {
 		ts := cache.DeletedFinalStateUnknown{Key: "a/b", Obj: pod}
-		for _, tr := range []cache.TransformFunc{TrimPod, TrimVMI} {
+		for _, tr := range []cache.TransformFunc{TrimPod, RecordVMI} {
 			if out, err := tr(ts); err != nil || out.(cache.DeletedFinalStateUnknown).Key != "a/b" {
 				t.Fatalf("out %v err %v", out, err)
 			}

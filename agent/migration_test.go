@@ -58,7 +58,7 @@ func targetAgent(t *testing.T) (*testAgent, *migrationObserver) {
 
 func (ta *testAgent) setTargetVMI(t testing.TB, u *unstructured.Unstructured) {
 	t.Helper()
-	if err := ta.vmiTargetInformer.GetIndexer().Update(u); err != nil {
+	if err := ta.vmiTargetInformer.GetIndexer().Update(recordOf(t, u)); err != nil {
 		t.Fatalf("set target vmi: %v", err)
 	}
 }

@@ -34,7 +34,7 @@ func TestVolumeStatusPatchShape(t *testing.T) {
 		"a": {kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, "Volume a has been mounted in virt-launcher pod"},
 		"b": {kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, "never regress Ready"},
 	}
-	raw, err := volumeStatusPatch(u, updates)
+	raw, err := volumeStatusPatch(cachedStatus(t, u), updates)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +58,19 @@ func TestVolumeStatusPatchShape(t *testing.T) {
 
 	// Nothing to change: no patch.
 	done := vmiObject(vol{Name: "a", Claim: "ca", AttachUID: attachUID, Phase: kubevirt.PhaseMountedToPod})
-	if raw, err := volumeStatusPatch(done, updates); err != nil || raw != nil {
+	if raw, err := volumeStatusPatch(cachedStatus(t, done), updates); err != nil || raw != nil {
 		t.Fatalf("patch = %s, %v", raw, err)
 	}
+}
+
+// cachedStatus is u's status.volumeStatus as the VMI cache gives it.
+func cachedStatus(t testing.TB, u *unstructured.Unstructured) []any {
+	t.Helper()
+	list, err := recordOf(t, u).volumeStatusList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
 }
 
 func TestPatchVolumeStatusRetriesOnConflict(t *testing.T) {
@@ -82,7 +92,7 @@ func TestPatchVolumeStatusRetriesOnConflict(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	err := ta.patchVolumeStatus(ctx, u, map[string]statusUpdate{"a": {kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, "mounted"}})
+	err := ta.patchVolumeStatus(ctx, u.GetNamespace(), u.GetName(), cachedStatus(t, u), map[string]statusUpdate{"a": {kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, "mounted"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,11 +101,15 @@ func (a *Agent) writeStatus(ctx context.Context, key string) error {
 	if len(updates) == 0 {
 		return nil
 	}
-	u, exists, err := a.cachedVMI(key)
+	r, exists, err := a.cachedVMI(key)
 	if err != nil || !exists {
 		return err
 	}
-	if err := a.patchVolumeStatus(ctx, u, updates); err != nil {
+	list, err := r.volumeStatusList()
+	if err == nil {
+		err = a.patchVolumeStatus(ctx, r.Namespace, r.Name, list, updates)
+	}
+	if err != nil {
 		a.status.giveBack(key, updates)
 		return err
 	}
@@ -121,16 +125,13 @@ type jsonPatchOp struct {
 	Value any    `json:"value"`
 }
 
-// volumeStatusPatch builds a JSON patch for the VMI object: a test op that
-// status.volumeStatus is still exactly what was read, then one replace per
-// changed entry. It returns nil when nothing changes. Unknown fields of the
-// entries are kept.
-func volumeStatusPatch(u *unstructured.Unstructured, updates map[string]statusUpdate) ([]byte, error) {
-	list, found, err := unstructured.NestedSlice(u.Object, "status", "volumeStatus")
-	if err != nil {
-		return nil, fmt.Errorf("read status.volumeStatus of vmi %q: %w", u.GetNamespace()+"/"+u.GetName(), err)
-	}
-	if !found {
+// volumeStatusPatch builds a JSON patch for the VMI object from list, its
+// status.volumeStatus as read: a test op that status.volumeStatus is still
+// exactly list, then one replace per changed entry. It returns nil when
+// nothing changes, or when the VMI has no status.volumeStatus (list is
+// nil). Unknown fields of the entries are kept.
+func volumeStatusPatch(list []any, updates map[string]statusUpdate) ([]byte, error) {
+	if list == nil {
 		return nil, nil
 	}
 	ops := []jsonPatchOp{{Op: "test", Path: "/status/volumeStatus", Value: list}}
@@ -161,27 +162,29 @@ func volumeStatusPatch(u *unstructured.Unstructured, updates map[string]statusUp
 	return json.Marshal(ops)
 }
 
-// patchVolumeStatus writes the updates to the VMI object (the VMI CRD has no
-// status subresource). The first try uses the cached object; a conflict or
-// a failed test op re-reads the VMI and tries again.
-func (a *Agent) patchVolumeStatus(ctx context.Context, cached *unstructured.Unstructured, updates map[string]statusUpdate) error {
-	ns, name := cached.GetNamespace(), cached.GetName()
+// patchVolumeStatus writes the updates to the VMI ns/name (the VMI CRD has
+// no status subresource). The first try uses list, the cached
+// status.volumeStatus; a conflict or a failed test op re-reads the VMI and
+// tries again.
+func (a *Agent) patchVolumeStatus(ctx context.Context, ns, name string, list []any, updates map[string]statusUpdate) error {
 	client := a.dyn.Resource(kubevirt.VMIResource).Namespace(ns)
-	current := cached
+	current, fresh := list, false
 	backoff := wait.Backoff{Steps: 5, Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1}
 	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsInvalid(err) }
 	return retry.OnError(backoff, retriable, func() error {
-		if current == nil {
+		if fresh {
 			ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 			defer cancel()
-			fresh, err := client.Get(ctx, name, metav1.GetOptions{})
+			u, err := client.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("get vmi %s/%s: %w", ns, name, err)
 			}
-			current = fresh
+			if current, _, err = unstructured.NestedSlice(u.Object, "status", "volumeStatus"); err != nil {
+				return fmt.Errorf("read status.volumeStatus of vmi %q: %w", ns+"/"+name, err)
+			}
 		}
+		fresh = true
 		patch, err := volumeStatusPatch(current, updates)
-		current = nil
 		if err != nil || patch == nil {
 			return err
 		}

@@ -14,8 +14,9 @@ import (
 // The informers' transforms: a node caches every pod on it and every VMI
 // scheduled to it, and keeps only what the agent reads. A launcher pod's
 // spec (containers, environment, affinity) and a VMI's spec.domain are
-// most of each object; managedFields are never read. Whatever is not
-// recognised passes through unchanged (tombstones, say).
+// most of each object; managedFields are never read. A VMI is cached
+// decoded (vmirecord.go). Whatever is not recognised passes through
+// unchanged (tombstones, say).
 
 // TrimPod keeps a pod's identity, labels, owners and deletion, its node
 // and volume names (with whether each is an emptyDir), its phase, whether
@@ -76,12 +77,10 @@ var vmiFields = [][]string{
 	{"status", "migrationState"},
 }
 
-// TrimVMI keeps a VMI's identity, labels and the fields of vmiFields.
-func TrimVMI(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
+// trimVMI returns a VMI with only its identity, labels and the fields of
+// vmiFields: the decoder then never walks managedFields, annotations or
+// spec.domain. A shape it does not know is returned whole.
+func trimVMI(u *unstructured.Unstructured) *unstructured.Unstructured {
 	out := &unstructured.Unstructured{Object: map[string]any{}}
 	out.SetAPIVersion(u.GetAPIVersion())
 	out.SetKind(u.GetKind())
@@ -95,11 +94,28 @@ func TrimVMI(obj any) (any, error) {
 		out.SetDeletionTimestamp(ts)
 	}
 	for _, path := range vmiFields {
-		if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); err == nil && found {
-			if err := unstructured.SetNestedField(out.Object, v, path...); err != nil {
-				return obj, nil // a shape we do not know: keep it whole
-			}
+		v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...)
+		switch {
+		case err != nil:
+			return u // a shape we do not know: the decoder names it
+		case found:
+			setShared(out.Object, v, path)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// setShared puts v at path in obj without copying it: the trimmed VMI
+// lives only until it is decoded, and the decoder only reads.
+func setShared(obj map[string]any, v any, path []string) {
+	m := obj
+	for _, f := range path[:len(path)-1] {
+		next, ok := m[f].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[f] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = v
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -55,12 +54,12 @@ func (a *Agent) readWorld(key string, now time.Time) (world, error) {
 	w := world{Key: key, Namespace: ns, Name: name, Now: now, Arrived: now, Node: a.cfg.NodeName, Pods: a, Claims: noClaims,
 		ReportVolumeStatus: a.cfg.ReportVolumeStatus, GrowFilesystems: a.cfg.GrowFilesystems}
 	w.Resync = a.takeResync(key)
-	u, exists, err := a.lookupVMI(key)
+	r, exists, err := a.lookupVMI(key)
 	if err != nil {
 		return world{}, err
 	}
 	if exists {
-		w.VMI, w.DecodeErr = kubevirt.DecodeVMI(u)
+		w.VMI, w.DecodeErr = r.vmi, r.decodeErr
 	}
 	if w.VMI != nil {
 		needs := kubevirt.ClaimPods(w.VMI, a)
@@ -80,23 +79,14 @@ func (a *Agent) readWorld(key string, now time.Time) (world, error) {
 	return w, nil
 }
 
-// lookupVMI returns the VMI of key from the node's own cache or, failing
-// that, from the migration target cache: after the handoff completes both
-// hold it, and the node's own is read.
-func (a *Agent) lookupVMI(key string) (*unstructured.Unstructured, bool, error) {
+// lookupVMI returns the record of key from the node's own cache or,
+// failing that, from the migration target cache: after the handoff
+// completes both hold it, and the node's own is read.
+func (a *Agent) lookupVMI(key string) (*vmiRecord, bool, error) {
 	for _, inf := range [...]cache.SharedIndexInformer{a.vmiInformer, a.vmiTargetInformer} {
-		obj, exists, err := inf.GetIndexer().GetByKey(key)
-		if err != nil {
-			return nil, false, err
+		if r, exists, err := cachedRecord(inf, key); err != nil || exists {
+			return r, exists, err
 		}
-		if !exists {
-			continue
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return nil, false, fmt.Errorf("vmi cache holds %T for %q", obj, key)
-		}
-		return u, true, nil
 	}
 	return nil, false, nil
 }
