@@ -6,8 +6,6 @@ package diag
 import (
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 )
@@ -25,19 +23,12 @@ func notGrownWhy(st *kubevirt.VolumeStatus, device int64, fsBehind bool) string 
 		return ""
 	}
 	info := st.PersistentVolumeClaimInfo
-	requested, capacity := storageOf(info.Requests), storageOf(info.Capacity)
+	requested, capacity := info.Requests.StorageBytes(), info.Capacity.StorageBytes()
 	if requested <= capacity || device+mount.GrowSlackBytes >= requested {
 		return ""
 	}
 	return fmt.Sprintf("the claim requests %s but its capacity is %s and its device is %s: the expansion has not reached the volume, so there is nothing the node can grow",
 		human(requested), human(capacity), human(device))
-}
-
-func storageOf(l corev1.ResourceList) int64 {
-	if q, ok := l[corev1.ResourceStorage]; ok {
-		return q.Value()
-	}
-	return 0
 }
 
 // expandPendingHint names the likely causes, Harvester's resize gate first:

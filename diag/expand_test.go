@@ -7,19 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/hpmount/hpmount/kubevirt"
 )
 
 func claimStatus(capacity, requests string) *kubevirt.VolumeStatus {
-	info := &kubevirt.PersistentVolumeClaimInfo{Capacity: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	info := &kubevirt.PersistentVolumeClaimInfo{}
 	if capacity != "" {
-		info.Capacity[corev1.ResourceStorage] = resource.MustParse(capacity)
+		info.Capacity.Storage = new(resource.MustParse(capacity))
 	}
 	if requests != "" {
-		info.Requests[corev1.ResourceStorage] = resource.MustParse(requests)
+		info.Requests.Storage = new(resource.MustParse(requests))
 	}
 	return &kubevirt.VolumeStatus{Name: "v", PersistentVolumeClaimInfo: info}
 }

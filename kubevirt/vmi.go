@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,12 +121,27 @@ type HotplugVolumeStatus struct {
 
 // PersistentVolumeClaimInfo is what KubeVirt copied from the PVC.
 type PersistentVolumeClaimInfo struct {
-	ClaimName  string              `json:"claimName,omitempty"`
-	VolumeMode string              `json:"volumeMode,omitempty"`
-	Capacity   corev1.ResourceList `json:"capacity,omitempty"`
-	Requests   corev1.ResourceList `json:"requests,omitempty"`
+	ClaimName  string         `json:"claimName,omitempty"`
+	VolumeMode string         `json:"volumeMode,omitempty"`
+	Capacity   ClaimResources `json:"capacity,omitzero"`
+	Requests   ClaimResources `json:"requests,omitzero"`
 	// FilesystemOverhead is a decimal string in KubeVirt, e.g. "0.055".
 	FilesystemOverhead string `json:"filesystemOverhead,omitempty"`
+}
+
+// ClaimResources is the storage entry of a claim's capacity or requests,
+// a ResourceList in KubeVirt: the only entry hpmount reads. A field, not a
+// map, because each VMI cached on a node holds two per volume.
+type ClaimResources struct {
+	Storage *resource.Quantity `json:"storage,omitempty"`
+}
+
+// StorageBytes is the storage size in bytes, 0 when unknown.
+func (r ClaimResources) StorageBytes() int64 {
+	if r.Storage == nil {
+		return 0
+	}
+	return r.Storage.Value()
 }
 
 // DecodeVMI converts an unstructured VMI. It never panics: malformed input

@@ -333,13 +333,7 @@ func (i *PersistentVolumeClaimInfo) CapacityBytes() int64 {
 	if i == nil {
 		return 0
 	}
-	var n int64
-	for _, list := range []corev1.ResourceList{i.Capacity, i.Requests} {
-		if q, ok := list[corev1.ResourceStorage]; ok {
-			n = max(n, q.Value())
-		}
-	}
-	return n
+	return max(i.Capacity.StorageBytes(), i.Requests.StorageBytes())
 }
 
 // Overhead parses filesystemOverhead; empty is 0.

@@ -199,7 +199,7 @@ func pattern(path string) string {
 		b.WriteString(part)
 	}
 	p := b.String()
-	for _, m := range []string{"status.activePods.", ".capacity.", ".requests."} {
+	for _, m := range []string{"status.activePods."} {
 		if i := strings.Index(p, m); i >= 0 {
 			p = p[:i+len(m)] + "{}"
 		}
