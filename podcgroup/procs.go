@@ -14,34 +14,30 @@ import (
 	"strconv"
 )
 
-// maxProcs bounds how many processes Procs returns: a launcher runs a
-// handful of containers, and anything a tenant forks past that adds
-// nothing to a question about the pod's mount namespaces.
-const maxProcs = 256
-
 // Procs lists the processes in the pod's cgroups, pod level first, at
-// most maxProcs. A cgroup that went away meanwhile (a container that
-// exited) is passed over.
-func Procs(c *Cgroups) ([]int, error) {
-	var pids []int
+// most max. more reports that the cgroups hold processes past those: a
+// caller for whom a list cut short could mislead (QEMU may be any of them)
+// refuses it. A cgroup that went away meanwhile (a container that exited)
+// is passed over.
+func Procs(c *Cgroups, max int) (pids []int, more bool, err error) {
 	for _, dir := range c.TopDown() {
 		f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return pids, fmt.Errorf("processes of pod %q: %w", c.PodUID, err)
+			return pids, false, fmt.Errorf("processes of pod %q: %w", c.PodUID, err)
 		}
-		more, err := ParseProcs(f, maxProcs-len(pids))
+		got, err := ParseProcs(f, max+1-len(pids))
 		f.Close()
 		if err != nil {
-			return pids, fmt.Errorf("processes of pod %q in %q: %w", c.PodUID, dir, err)
+			return pids, false, fmt.Errorf("processes of pod %q in %q: %w", c.PodUID, dir, err)
 		}
-		if pids = append(pids, more...); len(pids) >= maxProcs {
-			break
+		if pids = append(pids, got...); len(pids) > max {
+			return pids[:max], true, nil
 		}
 	}
-	return pids, nil
+	return pids, false, nil
 }
 
 // ParseProcs reads at most max PIDs from a cgroup.procs file.

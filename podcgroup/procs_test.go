@@ -49,8 +49,39 @@ func TestProcsPassesOverAGoneContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Procs(c)
-	if err != nil || !slices.Equal(got, []int{10, 11}) {
-		t.Fatalf("Procs = %v, %v; want [10 11]", got, err)
+	got, more, err := Procs(c, 2)
+	if err != nil || more || !slices.Equal(got, []int{10, 11}) {
+		t.Fatalf("Procs = %v, %v, %v; want [10 11], no more", got, more, err)
+	}
+}
+
+// TestProcsBound: a list cut at its bound says there are more, so that a
+// caller looking for one process (QEMU) never reads it as absent.
+func TestProcsBound(t *testing.T) {
+	root := t.TempDir()
+	mkdirs(t, root, "kubepods/podabc/ctr1")
+	for rel, text := range map[string]string{"kubepods/podabc": "5\n", "kubepods/podabc/ctr1": "10\n11\n"} {
+		if err := os.WriteFile(filepath.Join(root, rel, "cgroup.procs"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Find(root, "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		max  int
+		want []int
+		more bool
+	}{
+		{1, []int{5}, true},
+		{2, []int{5, 10}, true},
+		{3, []int{5, 10, 11}, false},
+		{4, []int{5, 10, 11}, false},
+	} {
+		got, more, err := Procs(c, tt.max)
+		if err != nil || more != tt.more || !slices.Equal(got, tt.want) {
+			t.Errorf("Procs(max %d) = %v, more %v, %v; want %v, more %v", tt.max, got, more, err, tt.want, tt.more)
+		}
 	}
 }

@@ -4,9 +4,7 @@
 package propagation
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -36,9 +34,13 @@ func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, er
 	if err != nil {
 		return NoQEMU, "no QEMU found: the launcher pod's cgroup is not found", nil
 	}
-	pids, err := podProcs(cgs, maxPodProcs)
+	pids, more, err := podcgroup.Procs(cgs, maxPodProcs)
 	if err != nil {
 		return NoQEMU, "", err
+	}
+	if more {
+		// A list cut short could leave QEMU out and read as "no QEMU".
+		return NoQEMU, "", fmt.Errorf("pod %q: %w (more than %d): what QEMU holds is not checked", launcher, ErrTooManyProcesses, maxPodProcs)
 	}
 	// The link spells the path with the container's symlinks resolved
 	// (/var/run is often ../run), so only its last components are
@@ -65,31 +67,6 @@ func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, er
 		}
 	}
 	return hold, detail, nil
-}
-
-// podProcs lists every process in the pod's cgroups, pod level first. More
-// than max is an error wrapping ErrTooManyProcesses: a list cut short
-// could leave QEMU out and read as "no QEMU".
-func podProcs(c *podcgroup.Cgroups, max int) ([]int, error) {
-	var pids []int
-	for _, dir := range c.TopDown() {
-		f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // a container that exited meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("processes of pod %q: %w", c.PodUID, err)
-		}
-		more, err := podcgroup.ParseProcs(f, max+1-len(pids))
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("processes of pod %q in %q: %w", c.PodUID, dir, err)
-		}
-		if pids = append(pids, more...); len(pids) > max {
-			return nil, fmt.Errorf("pod %q: %w (more than %d): what QEMU holds is not checked", c.PodUID, ErrTooManyProcesses, max)
-		}
-	}
-	return pids, nil
 }
 
 // isQEMU tells QEMU by its executable, as KubeVirt does (qemu-kvm, at

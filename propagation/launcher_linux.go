@@ -42,6 +42,11 @@ func targetIdent(kubeletRoot, hotplugDir, target string) (Ident, error) {
 	return identOf(t)
 }
 
+// maxSightProcs bounds the processes of a launcher pod whose mount
+// namespaces check asks about: a launcher runs a handful of containers,
+// and anything a tenant forks past that adds nothing to the question.
+const maxSightProcs = 256
+
 func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Look, error) {
 	if v.Dir == "" || v.Pods == nil {
 		return Look{}, nil
@@ -50,7 +55,7 @@ func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (L
 	if err != nil {
 		return Look{}, nil // no pod cgroup: no process to ask
 	}
-	pids, err := podcgroup.Procs(cgs)
+	pids, _, err := podcgroup.Procs(cgs, maxSightProcs)
 	if err != nil || len(pids) == 0 {
 		return Look{}, nil
 	}
