@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -160,5 +161,49 @@ func dirMaker(t *testing.T, root string) func(rel string) {
 		if err := os.MkdirAll(filepath.Join(root, rel), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSettledFinderReadsProcsOnce: a settled Finder answers a pod's
+// processes from its first read, cut to a smaller bound with more said,
+// and reads again for a larger bound; a long-lived Finder reads each time.
+func TestSettledFinderReadsProcsOnce(t *testing.T) {
+	root := t.TempDir()
+	dirMaker(t, root)("kubepods/podabc/ctr1")
+	procs := filepath.Join(root, "kubepods/podabc/ctr1/cgroup.procs")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(procs, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("10\n11\n12\n")
+	long := new(Finder)
+	settled := long.Settle()
+	cgs, err := settled.Find(root, "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, more, err := settled.Procs(cgs, 3); err != nil || more || !slices.Equal(got, []int{10, 11, 12}) {
+		t.Fatalf("first read = %v, more %v, %v", got, more, err)
+	}
+	write("10\n11\n12\n13\n")
+	for _, tc := range []struct {
+		name string
+		max  int
+		want []int
+		more bool
+	}{
+		{"same bound: the first read", 3, []int{10, 11, 12}, false},
+		{"smaller bound: the first read, cut", 2, []int{10, 11}, true},
+		{"larger bound: read again", 8, []int{10, 11, 12, 13}, false},
+	} {
+		if got, more, err := settled.Procs(cgs, tc.max); err != nil || more != tc.more || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Procs = %v, more %v, %v; want %v, more %v", tc.name, got, more, err, tc.want, tc.more)
+		}
+	}
+	write("10\n")
+	if got, _, err := long.Procs(cgs, 8); err != nil || !slices.Equal(got, []int{10}) {
+		t.Fatalf("long-lived Finder's Procs = %v, %v; want the live [10]", got, err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/podcgroup"
 )
 
 // maxFDs bounds the descriptors read per process: QEMU holds a few
@@ -34,7 +33,7 @@ func (v LauncherView) held(launcher, name string, cur Current) (Hold, string, er
 	if err != nil {
 		return NoQEMU, "no QEMU found: the launcher pod's cgroup is not found", nil
 	}
-	pids, more, err := podcgroup.Procs(cgs, maxPodProcs)
+	pids, more, err := v.Pods.Procs(cgs, maxPodProcs)
 	if err != nil {
 		return NoQEMU, "", err
 	}

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/podcgroup"
 )
 
 // openTarget opens hotplugDir beneath kubeletRoot and target in it, as
@@ -55,7 +54,7 @@ func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (L
 	if err != nil {
 		return Look{}, nil // no pod cgroup: no process to ask
 	}
-	pids, _, err := podcgroup.Procs(cgs, maxSightProcs)
+	pids, _, err := v.Pods.Procs(cgs, maxSightProcs)
 	if err != nil || len(pids) == 0 {
 		return Look{}, nil
 	}
