@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -187,21 +188,50 @@ func (e *Engine) KubeletRoot() kubelet.Root { return e.root }
 // directory must be on a shared mount in the host namespace, or mounts made
 // there never reach the launchers' HostToContainer views.
 //
-// A verdict is kept for gateTTL: the probe runs every few seconds, and a
-// read of a node's whole mount table for each would cost more than the
-// reconciles of an idle node.
+// A verdict is kept for gateTTL: the probe runs every few seconds. Where
+// statmount(2) works the gate reads the pods directory's mount alone;
+// elsewhere it reads the node's whole mount table, which for each probe
+// would cost more than the reconciles of an idle node.
 func (e *Engine) CheckPropagation(context.Context) error {
 	e.gateMu.Lock()
 	defer e.gateMu.Unlock()
 	if !e.gateAt.IsZero() && time.Since(e.gateAt) < gateTTL {
 		return e.gateErr
 	}
-	t, err := mountinfo.ReadTable(e.host.MountInfo())
+	pods := e.root.Abs(kubelet.PodsDir)
+	m, err := e.mountOf(pods)
 	if err == nil {
-		err = propagation.CheckShared(t, e.root.Abs(kubelet.PodsDir))
+		err = propagation.CheckSharedMount(m, pods)
 	}
 	e.gateAt, e.gateErr = time.Now(), err
 	return err
+}
+
+// mountOf returns the mount dir lives on in the host namespace: with
+// statmount(2), that mount alone; else from the host's whole mountinfo.
+func (e *Engine) mountOf(dir string) (*mountinfo.Info, error) {
+	if e.noStatmount != nil {
+		t, err := mountinfo.ReadTable(e.host.MountInfo())
+		if err != nil {
+			return nil, err
+		}
+		if m := t.Containing(dir); m != nil {
+			return m, nil
+		}
+		return nil, fmt.Errorf("no mount in the table contains %q", dir)
+	}
+	m, err := isolation.Call(e.ns, func() (mountinfo.Info, error) {
+		f, err := os.Open(dir)
+		if err != nil {
+			return mountinfo.Info{}, err
+		}
+		defer f.Close()
+		return mountinfo.StatFd(int(f.Fd()))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the mount of %q: %w", dir, stuck(err))
+	}
+	return &m, nil
 }
 
 // gateTTL is how long a propagation verdict is kept.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/propagation"
 )
 
 // observationNode is a linkedRoot with one engine per observation path:
@@ -291,6 +293,38 @@ func TestObservationKeptUntilChanged(t *testing.T) {
 		}
 		if _, ok := bs.kept(launcherUID); ok {
 			t.Fatalf("detach %d: the launcher's mounts are still kept", k+1)
+		}
+	}
+}
+
+// TestPropagationGatePathsAgree: the readiness gate gives one verdict on
+// both observation paths, whether the pods directory's mount is shared or
+// private; where statmount works it reads that mount alone.
+func TestPropagationGatePathsAgree(t *testing.T) {
+	n := newObservationNode(t)
+	pods := filepath.Join(n.real, kubelet.PodsDir)
+	must(t, unix.Mount(pods, pods, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(pods, unix.MNT_DETACH) })
+	for _, tc := range []struct {
+		name       string
+		flag       uintptr
+		wantShared bool
+	}{
+		{"shared", unix.MS_SHARED, true},
+		{"private", unix.MS_PRIVATE, false},
+	} {
+		must(t, unix.Mount("", pods, "", tc.flag, ""))
+		for _, path := range observationPaths {
+			e := n.paths[path]
+			e.gateAt = time.Time{} // a verdict of the case before is not this one's
+			err := e.CheckPropagation(context.Background())
+			var notShared *propagation.NotSharedError
+			switch {
+			case tc.wantShared && err != nil:
+				t.Errorf("%s, %s: gate = %v, want ready", tc.name, path, err)
+			case !tc.wantShared && (!errors.As(err, &notShared) || notShared.MountPoint != pods):
+				t.Errorf("%s, %s: gate = %v, want the mount %q named not shared", tc.name, path, err, pods)
+			}
 		}
 	}
 }

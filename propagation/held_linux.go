@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // maxFDs bounds the descriptors read per process: QEMU holds a few

@@ -54,10 +54,13 @@ func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (L
 	if err != nil {
 		return Look{}, nil // no pod cgroup: no process to ask
 	}
-	pids, _, err := v.Pods.Procs(cgs, maxSightProcs)
+	// Read at Held's bound: a settled Pods then reads the pod's processes
+	// once for both questions.
+	pids, _, err := v.Pods.Procs(cgs, maxPodProcs)
 	if err != nil || len(pids) == 0 {
 		return Look{}, nil
 	}
+	pids = pids[:min(len(pids), maxSightProcs)]
 	dir, t, err := openTarget(kubeletRoot, hotplugDir, target)
 	if err != nil {
 		return Look{}, err

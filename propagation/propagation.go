@@ -84,6 +84,12 @@ func CheckShared(t *mountinfo.Table, path string) error {
 	if m == nil {
 		return fmt.Errorf("no mount in the table contains %q", path)
 	}
+	return CheckSharedMount(m, path)
+}
+
+// CheckSharedMount is CheckShared of path on m, the mount it lives on, as
+// read alone (mountinfo.StatFd).
+func CheckSharedMount(m *mountinfo.Info, path string) error {
 	if m.Shared != 0 && !m.Unbindable {
 		return nil
 	}
