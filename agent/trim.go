@@ -78,8 +78,9 @@ var vmiFields = [][]string{
 }
 
 // trimVMI returns a VMI with only its identity, labels and the fields of
-// vmiFields: the decoder then never walks managedFields, annotations or
-// spec.domain. A shape it does not know is returned whole.
+// vmiFields, sharing their values with u: the decoder then never walks
+// managedFields, annotations or spec.domain. A shape it does not know is
+// returned whole.
 func trimVMI(u *unstructured.Unstructured) *unstructured.Unstructured {
 	out := &unstructured.Unstructured{Object: map[string]any{}}
 	out.SetAPIVersion(u.GetAPIVersion())

@@ -7,7 +7,8 @@
 // the pod by the container ID of the pod status (each runtime's and cgroup
 // driver's naming, ContainerDirNames), where each pod's directory is
 // remembered between searches (and, for a reader that looks once, each
-// pod's whole answer: Settle), and which processes run in them.
+// pod's whole answer and its processes: Settle), and which processes run
+// in them.
 //
 // Walks are bounded in depth and size and never follow symlinks; a pod UID
 // that is not letters, digits, '-' and '_' (a container ID that is not

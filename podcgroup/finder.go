@@ -22,10 +22,10 @@ type Finder struct {
 	mu sync.Mutex
 	// settled keeps each pod's Cgroups as first found (Settle).
 	settled bool
-	index   *Finder            // whose pod directories this one uses (Settle)
-	dirs    map[string]string  // pod UID → pod cgroup directory
-	found   map[string]settled // pod UID → what Find returned, when settled
-	procs   map[*Cgroups]procsRead
+	index   *Finder                // whose pod directories this one uses (Settle)
+	dirs    map[string]string      // pod UID → pod cgroup directory
+	found   map[string]settled     // pod UID → what Find returned, when settled
+	procs   map[*Cgroups]procsRead // what Procs read, when settled
 }
 
 // Find returns the cgroups of the pod, from the remembered directory when it
