@@ -573,3 +573,17 @@ func near(got, want float64) bool {
 	d := got - want
 	return d < 1e-9 && d > -1e-9
 }
+
+// TestVolumeSeriesLabels: the per-volume series share label pairs built
+// for volumeLabelNames without NewConstMetric's checks, so each of their
+// descriptions must name exactly those labels, in that sorted order.
+func TestVolumeSeriesLabels(t *testing.T) {
+	if !slices.IsSorted(volumeLabelNames[:]) {
+		t.Fatalf("volumeLabelNames %v are not sorted", volumeLabelNames)
+	}
+	for _, d := range []Description{descDeviceSize, descFilesystemSize, descDiskImageSize, descStaleOpen} {
+		if !slices.Equal(d.Labels, volumeLabelNames[:]) {
+			t.Errorf("%s has labels %v, want the per-volume labels %v", d.Name, d.Labels, volumeLabelNames)
+		}
+	}
+}

@@ -5,7 +5,7 @@ package metrics
 
 import (
 	"fmt"
-	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -27,10 +27,17 @@ func BenchmarkScrape1000Volumes(b *testing.B) {
 		}
 	}
 	h := m.Handler()
+	req := httptest.NewRequest("GET", "/metrics", nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-		_, _ = io.Copy(io.Discard, rec.Body)
+		h.ServeHTTP(discardWriter{http.Header{}}, req)
 	}
 }
+
+// discardWriter is a response that goes nowhere, as a server streams it:
+// a recorder would add the growth of its buffer to each scrape.
+type discardWriter struct{ h http.Header }
+
+func (w discardWriter) Header() http.Header         { return w.h }
+func (w discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w discardWriter) WriteHeader(int)             {}

@@ -3,7 +3,10 @@
 
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // The per-volume series (sizes and stale-open) are kept as plain values in
 // the one record of each volume and written only when scraped. As
@@ -54,8 +57,12 @@ func (s volumeSeries) Collect(ch chan<- prometheus.Metric) {
 	defer s.m.mu.Unlock()
 	for k, vols := range s.m.vmis {
 		for name, v := range vols {
+			if v.device <= 0 && v.filesystem <= 0 && v.diskImage <= 0 && !v.hasStale {
+				continue
+			}
+			labels := newVolumeLabels(k.namespace, k.name, name)
 			send := func(d *prometheus.Desc, value float64) {
-				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, value, k.namespace, k.name, name)
+				ch <- volumeMetric{desc: d, labels: labels, value: value}
 			}
 			if v.device > 0 {
 				send(deviceSizeDesc, v.device)
@@ -71,6 +78,43 @@ func (s volumeSeries) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+// volumeLabelNames are the labels of every per-volume series, sorted, as
+// the registry wants a metric's label pairs.
+var volumeLabelNames = [3]string{"namespace", "vmi", "volume"}
+
+// newVolumeLabels builds the label pairs of one volume's series in one
+// allocation, shared by its series of one scrape. A scrape of 1,000
+// volumes built 4,000 label sets through prometheus.NewConstMetric, a
+// quarter of what it allocated (BenchmarkScrape1000Volumes).
+func newVolumeLabels(namespace, vmi, volume string) []*dto.LabelPair {
+	l := &struct {
+		values [3]string
+		pairs  [3]dto.LabelPair
+		ptrs   [3]*dto.LabelPair
+	}{values: [3]string{namespace, vmi, volume}}
+	for i := range l.pairs {
+		l.pairs[i].Name, l.pairs[i].Value = &volumeLabelNames[i], &l.values[i]
+		l.ptrs[i] = &l.pairs[i]
+	}
+	return l.ptrs[:]
+}
+
+// volumeMetric is one per-volume gauge of one scrape. The registry treats
+// what Write gives as immutable, so its label pairs are shared.
+type volumeMetric struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	value  float64
+}
+
+func (m volumeMetric) Desc() *prometheus.Desc { return m.desc }
+
+func (m volumeMetric) Write(out *dto.Metric) error {
+	out.Label = m.labels
+	out.Gauge = &dto.Gauge{Value: &m.value}
+	return nil
 }
 
 // volumeOf is the record of one volume, made if new; m.mu is held.
