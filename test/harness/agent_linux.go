@@ -187,20 +187,66 @@ func FreeAddr() (string, error) {
 	return addrs[0], nil
 }
 
-// FreeAddrs is n distinct free loopback addresses. Every listener stays
-// open until all are chosen: closed one by one, the kernel may hand the
-// same port out twice (the agent then failed to bind its second server).
+// FreeAddrs is n distinct free loopback addresses, on ports below the
+// kernel's ephemeral range. A port bound to :0 comes from that range, and
+// until the agent binds it any outgoing connection may take it: with
+// twenty agents opening API watches at once, one agent failed to bind its
+// metrics port. A port is handed out once per process, and each process
+// starts at its own place in the range, so concurrent test binaries
+// rarely meet.
 func FreeAddrs(n int) ([]string, error) {
+	ports.mu.Lock()
+	defer ports.mu.Unlock()
+	lo, hi := portFloor, ephemeralLow()
+	if ports.next < lo || ports.next >= hi {
+		ports.next = lo + os.Getpid()*61%(hi-lo)
+	}
 	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tried := 0; len(addrs) < n; tried++ {
+		if tried == hi-lo {
+			return nil, fmt.Errorf("no free loopback port in [%d, %d)", lo, hi)
+		}
+		port := ports.next
+		if ports.next++; ports.next >= hi {
+			ports.next = lo
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, err
+			continue // in use
 		}
 		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
+		addrs = append(addrs, addr)
 	}
 	return addrs, nil
+}
+
+// portFloor is the lowest port FreeAddrs hands out: above the registered
+// services a test machine may run.
+const portFloor = 20000
+
+// ports is where FreeAddrs goes on from.
+var ports struct {
+	mu   sync.Mutex
+	next int
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), 32768 when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil || low <= portFloor+100 {
+		return 32768
+	}
+	return low
 }
 
 var (
