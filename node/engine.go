@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -221,7 +223,7 @@ func (e *Engine) mountOf(dir string) (*mountinfo.Info, error) {
 		return nil, fmt.Errorf("no mount in the table contains %q", dir)
 	}
 	m, err := isolation.Call(e.ns, func() (mountinfo.Info, error) {
-		f, err := os.Open(dir)
+		f, err := openNearest(dir)
 		if err != nil {
 			return mountinfo.Info{}, err
 		}
@@ -232,6 +234,21 @@ func (e *Engine) mountOf(dir string) (*mountinfo.Info, error) {
 		return nil, fmt.Errorf("read the mount of %q: %w", dir, stuck(err))
 	}
 	return &m, nil
+}
+
+// openNearest opens dir or, while it does not exist, its nearest parent
+// that does: a path not made yet lives on that parent's mount, as the
+// table's Containing says. The kubelet makes its pods directory only with
+// the first pod, and the gate is asked before that.
+func openNearest(dir string) (*os.File, error) {
+	for {
+		f, err := os.Open(dir)
+		parent := filepath.Dir(dir)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || parent == dir {
+			return f, err
+		}
+		dir = parent
+	}
 }
 
 // gateTTL is how long a propagation verdict is kept.

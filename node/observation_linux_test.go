@@ -299,12 +299,19 @@ func TestObservationKeptUntilChanged(t *testing.T) {
 
 // TestPropagationGatePathsAgree: the readiness gate gives one verdict on
 // both observation paths, whether the pods directory's mount is shared or
-// private; where statmount works it reads that mount alone.
+// private; where statmount works it reads that mount alone. A directory
+// not made yet is on its nearest parent's mount on both paths.
 func TestPropagationGatePathsAgree(t *testing.T) {
 	n := newObservationNode(t)
 	pods := filepath.Join(n.real, kubelet.PodsDir)
 	must(t, unix.Mount(pods, pods, "", unix.MS_BIND, ""))
 	t.Cleanup(func() { _ = unix.Unmount(pods, unix.MNT_DETACH) })
+	for _, path := range observationPaths {
+		m, err := n.paths[path].mountOf(filepath.Join(pods, "not-made", "yet"))
+		if err != nil || m.MountPoint != pods {
+			t.Errorf("%s: mount of a directory not made yet = %+v, %v; want the mount at %q", path, m, err, pods)
+		}
+	}
 	for _, tc := range []struct {
 		name       string
 		flag       uintptr
