@@ -359,10 +359,19 @@ func createTarget(s steps, dir *os.File, file string) error {
 // the file on the directory's own mount, and returns how many it removed.
 // The name is resolved from the directory fd, and UMOUNT_NOFOLLOW keeps a
 // symlink swapped in for the file from redirecting the unmount.
+//
+// Another mounter (virt-handler's) may unmount the top mount between the
+// look and the unmount; umount2 then fails with EINVAL, as the name no
+// longer reaches a mount point. That is not an error: peel looks again, and
+// fails only if the mount it aimed at is still the one on top.
 func peel(s steps, t *mountinfo.Table, dir *os.File, dirID uint64, file string) (int, error) {
 	where := filepath.Join(dir.Name(), file)
 	byFd := isolation.FdPath(dir) + "/" + file
-	for n := 0; n <= maxPeel; n++ {
+	n := 0
+	var vanished uint64 // the mount whose unmount failed with EINVAL
+	// Each look removes a mount or sees one vanish, so the looks are
+	// bounded too: a mounter that keeps stacking cannot hold peel here.
+	for looks := 0; n <= maxPeel && looks <= 2*maxPeel; looks++ {
 		f, err := openTarget(dir, file)
 		if errors.Is(err, unix.ENOENT) {
 			return n, nil
@@ -384,6 +393,7 @@ func peel(s steps, t *mountinfo.Table, dir *os.File, dirID uint64, file string) 
 			if err := unix.Unmount(byFd, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH); err != nil {
 				return n, fmt.Errorf("unmount the dead mount on %q: %w", where, err)
 			}
+			n++
 			continue
 		}
 		if err != nil {
@@ -395,11 +405,19 @@ func peel(s steps, t *mountinfo.Table, dir *os.File, dirID uint64, file string) 
 			// detach it lazily, the open file keeps working.
 			err = unix.Unmount(byFd, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH)
 		}
+		if errors.Is(err, unix.EINVAL) && id != vanished {
+			vanished = id
+			continue
+		}
 		if err != nil {
 			return n, fmt.Errorf("unmount %s from %q: %w", describeMount(t, id), where, err)
 		}
+		n++
 	}
-	return maxPeel, fmt.Errorf("unmount %q: more than %d mounts stacked", where, maxPeel)
+	if n <= maxPeel {
+		return n, fmt.Errorf("unmount %q: its mounts kept vanishing before each unmount", where)
+	}
+	return n, fmt.Errorf("unmount %q: more than %d mounts stacked", where, maxPeel)
 }
 
 func describeMount(t *mountinfo.Table, id uint64) string {

@@ -5,6 +5,7 @@ package mount
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 
@@ -132,5 +133,48 @@ func TestMountAppearedOnTheTarget(t *testing.T) {
 	defer mounted.Close()
 	if err := onDirMount(mounted, dirID); !errors.Is(err, ErrTargetChanged) {
 		t.Errorf("file target with a bind on it: %v, want ErrTargetChanged", err)
+	}
+}
+
+// TestDetachWhileAnotherUnmounts is the race the coexistence matrix found
+// at a migration's end: virt-handler unmounts the target between the
+// agent's look and its umount2, which then fails with EINVAL. The agent
+// must look again and finish the detach, not report the vanished mount as
+// an error. With a stack, the other mounter's unmount of the top makes the
+// agent's remove the next mount, and the race repeats lower down.
+func TestDetachWhileAnotherUnmounts(t *testing.T) {
+	for _, stacked := range []int{1, 3} {
+		t.Run(fmt.Sprintf("stacked=%d", stacked), func(t *testing.T) {
+			n := newNode(t, "ext4")
+			res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "v.img")
+			if err != nil || res != outcome.Mounted {
+				t.Fatalf("attach: %s, %v", res, err)
+			}
+			target := n.path(launchDir, "v.img")
+			for i := 1; i < stacked; i++ {
+				must(t, unix.Mount(n.path(hpVolDir, "disk.img"), target, "", unix.MS_BIND, ""))
+			}
+			raced := 0
+			n.a.BeforeChange = func(step string) {
+				if step == "unmount" {
+					raced++
+					must(t, unix.Unmount(target, 0))
+				}
+			}
+			res, err = n.a.Detach(hostTable(t), launchDir, "v.img")
+			n.a.BeforeChange = nil
+			if raced == 0 {
+				t.Fatal("the other mounter never unmounted")
+			}
+			if err != nil || res != outcome.Removed {
+				t.Errorf("detach that raced: %s, %v; want Removed", res, err)
+			}
+			if s := hostTable(t).At(target); len(s) != 0 {
+				t.Errorf("%d mounts left on %q", len(s), target)
+			}
+			if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("target %q after detach: %v, want it removed", target, err)
+			}
+		})
 	}
 }
