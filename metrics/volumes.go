@@ -57,11 +57,14 @@ func (s volumeSeries) Collect(ch chan<- prometheus.Metric) {
 	defer s.m.mu.Unlock()
 	for k, vols := range s.m.vmis {
 		for name, v := range vols {
-			if v.device <= 0 && v.filesystem <= 0 && v.diskImage <= 0 && !v.hasStale {
-				continue
-			}
-			labels := newVolumeLabels(k.namespace, k.name, name)
+			// The labels are made at the first series sent, so a volume
+			// with none (not mounted yet) costs nothing and each value is
+			// tested once.
+			var labels []*dto.LabelPair
 			send := func(d *prometheus.Desc, value float64) {
+				if labels == nil {
+					labels = newVolumeLabels(k.namespace, k.name, name)
+				}
 				ch <- volumeMetric{desc: d, labels: labels, value: value}
 			}
 			if v.device > 0 {
