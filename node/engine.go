@@ -129,11 +129,31 @@ func (e *Engine) Close() {
 // the private directory (versions that grew through a private mount, killed
 // mid-growth; growth now mounts nothing) and says how many.
 func (e *Engine) SweepGrowthLeftovers() (int, error) {
-	t, err := mountinfo.ReadTable(e.host.MountInfo())
+	t, err := e.privateMounts()
 	if err != nil {
 		return 0, err
 	}
 	return e.grower.Sweep(t)
+}
+
+// privateMounts lists what is mounted in the private directory. The sweep
+// runs before the agent starts, so on a node of 10,000 mounts the whole
+// table it read was a tenth of a second of every cold start: where
+// statmount works it asks for the directory's entries alone, as a launcher's
+// observation does, and reads the table only where a mount covers the
+// directory itself and hides what an older agent left under it.
+func (e *Engine) privateMounts() (*mountinfo.Table, error) {
+	dir := e.grower.PrivateDir
+	if e.noStatmount == nil && dir != "" {
+		t, err := isolation.Call(e.ns, func() (*mountinfo.Table, error) { return mountinfo.ReadBeneath(dir) })
+		if err != nil {
+			return nil, stuck(err)
+		}
+		if top, _ := t.Top(dir); top == nil {
+			return t, nil
+		}
+	}
+	return mountinfo.ReadTable(e.host.MountInfo())
 }
 
 // Liveness returns the agent's liveness check. It fails only when a

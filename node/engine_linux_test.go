@@ -309,33 +309,45 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 
 // TestSweepGrowthLeftovers: a growth killed between its mount and its
 // unmount leaves the tenant's filesystem mounted in the private directory,
-// pinning its device; the next start unmounts it.
+// pinning its device; the next start unmounts it. Both ways of listing the
+// directory's mounts find it: statmount of its entries, and the whole
+// table where the kernel cannot answer (Config.WholeTable stands in).
 func TestSweepGrowthLeftovers(t *testing.T) {
 	testutil.RequiresRoot(t)
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	must(t, err)
-	root, private := filepath.Join(dir, "kubelet"), filepath.Join(dir, "grow")
-	must(t, os.MkdirAll(root, 0o755))
-	leftover := filepath.Join(private, "grow-1234")
-	must(t, os.MkdirAll(leftover, 0o700))
-	fs := testutil.NewFilesystem(t, "ext4", 16<<20, leftover)
-	t.Cleanup(func() { _ = unix.Unmount(leftover, unix.MNT_DETACH) })
-	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: root,
-		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev", PrivateDir: private})
-	must(t, err)
-	defer e.Close()
-	n, err := e.SweepGrowthLeftovers()
-	if err != nil || n != 1 {
-		t.Fatalf("sweep = %d, %v; want 1 leftover", n, err)
-	}
-	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
-		t.Fatalf("leftover mount point still there: %v", err)
-	}
-	// The device is free again: nothing holds it mounted.
-	t2, err := mountinfo.ReadTable("/proc/self/mountinfo")
-	must(t, err)
-	if got := t2.ByDevice(uint32(unix.Major(fs.Dev(t))), uint32(unix.Minor(fs.Dev(t)))); len(got) != 0 {
-		t.Fatalf("the device is still mounted: %+v", got)
+	for _, whole := range []bool{false, true} {
+		t.Run(fmt.Sprintf("whole-table=%v", whole), func(t *testing.T) {
+			dir, err := filepath.EvalSymlinks(t.TempDir())
+			must(t, err)
+			root, private := filepath.Join(dir, "kubelet"), filepath.Join(dir, "grow")
+			must(t, os.MkdirAll(root, 0o755))
+			leftover := filepath.Join(private, "grow-1234")
+			must(t, os.MkdirAll(leftover, 0o700))
+			fs := testutil.NewFilesystem(t, "ext4", 16<<20, leftover)
+			// A second mount on the first: the sweep unmounts the stack.
+			must(t, unix.Mount(leftover, leftover, "", unix.MS_BIND, ""))
+			t.Cleanup(func() {
+				for unix.Unmount(leftover, unix.MNT_DETACH) == nil {
+				}
+			})
+			e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: root,
+				CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev",
+				PrivateDir: private, WholeTable: whole})
+			must(t, err)
+			defer e.Close()
+			n, err := e.SweepGrowthLeftovers()
+			if err != nil || n != 1 {
+				t.Fatalf("sweep = %d, %v; want 1 leftover", n, err)
+			}
+			if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+				t.Fatalf("leftover mount point still there: %v", err)
+			}
+			// The device is free again: nothing holds it mounted.
+			t2, err := mountinfo.ReadTable("/proc/self/mountinfo")
+			must(t, err)
+			if got := t2.ByDevice(uint32(unix.Major(fs.Dev(t))), uint32(unix.Minor(fs.Dev(t)))); len(got) != 0 {
+				t.Fatalf("the device is still mounted: %+v", got)
+			}
+		})
 	}
 }
 
