@@ -222,6 +222,15 @@ func (a *Agent) worker(ctx context.Context) {
 			return
 		}
 		a.process(ctx, key)
+		a.noteQueueIdle()
+	}
+}
+
+// noteQueueIdle tells waiting growth checks when a pass left the queue
+// empty (growth.go).
+func (a *Agent) noteQueueIdle() {
+	if a.queue.Len() == 0 {
+		a.growth.queueIdle()
 	}
 }
 

@@ -27,6 +27,13 @@ import (
 // One check runs at a time, as the engine's growth thread serializes them
 // anyway; a stuck one delays other growth, never a mount.
 //
+// Growth also yields to mounts: a batch of checks waits until the
+// reconcile queue is empty, for at most growthYield. At a start every
+// mounted filesystem volume gets a check, and made alongside the first
+// passes they took a sixth of the agent's CPU while the node's volumes
+// were still being verified; a resize found a second later costs nobody
+// anything. The bound keeps a storm of changes from holding growth back.
+//
 // A check that found what the last one reported (nothing grown, the same
 // sizes, for the same claim) is news to nobody: it is dropped and the VMI
 // is not brought back, or every resync would make two passes of every
@@ -55,11 +62,26 @@ type growRunner struct {
 	// as a repeat of it is told by.
 	reported map[growKey]growDone
 	wake     chan struct{}
+	// idle is told, without blocking, when a worker leaves the reconcile
+	// queue empty.
+	idle chan struct{}
 }
+
+// growthYield is the longest a batch of growth checks waits for the
+// reconcile queue to empty.
+const growthYield = time.Second
 
 func newGrowRunner() *growRunner {
 	return &growRunner{queued: map[growKey]DesiredVolume{}, done: map[growKey]growDone{}, reported: map[growKey]growDone{},
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1)}
+}
+
+// queueIdle tells a waiting batch that the reconcile queue is empty.
+func (g *growRunner) queueIdle() {
+	select {
+	case g.idle <- struct{}{}:
+	default:
+	}
 }
 
 // take returns the finished check of k when it was made for the volume as
@@ -161,7 +183,27 @@ func (a *Agent) growthLoop(ctx context.Context) {
 			return
 		case <-a.growth.wake:
 		}
+		a.yieldToMounts(ctx)
 		a.runGrowth(ctx)
+	}
+}
+
+// yieldToMounts waits until the reconcile queue is empty, for at most
+// growthYield.
+func (a *Agent) yieldToMounts(ctx context.Context) {
+	select {
+	case <-a.growth.idle: // an old word: the queue may have filled since
+	default:
+	}
+	if a.queue.Len() == 0 {
+		return
+	}
+	t := time.NewTimer(growthYield)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-a.growth.idle:
+	case <-t.C:
 	}
 }
 

@@ -8,7 +8,10 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
@@ -131,6 +134,56 @@ func TestGrowthRepeatBringsNoPass(t *testing.T) {
 			if ok := g.ready(testKey, launcherUID)("hp"); ok != tc.news {
 				t.Fatalf("ready = %v, want %v", ok, tc.news)
 			}
+		})
+	}
+}
+
+// TestGrowthYieldsToMounts: a batch of growth checks waits while passes
+// are queued, goes on as soon as a pass leaves the queue empty, and waits
+// no longer than growthYield when it never empties (a storm). The bubble's
+// clock makes the bound exact and the waits durable.
+func TestGrowthYieldsToMounts(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queued bool
+		drain  bool
+		want   time.Duration
+	}{
+		{"queue empty", false, false, 0},
+		{"a pass empties the queue", true, true, 0},
+		{"the queue never empties", true, false, growthYield},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := &Agent{growth: newGrowRunner(), queue: workqueue.NewTypedRateLimitingQueue(
+					workqueue.DefaultTypedControllerRateLimiter[string]())}
+				defer a.queue.ShutDown()
+				a.growth.queueIdle() // an old word, from before the queue filled
+				if tc.queued {
+					a.queue.Add(testKey)
+				}
+				start := time.Now()
+				done := make(chan struct{})
+				go func() {
+					a.yieldToMounts(context.Background())
+					close(done)
+				}()
+				synctest.Wait()
+				if tc.drain {
+					select {
+					case <-done:
+						t.Fatal("growth went on while a pass was queued")
+					default:
+					}
+					key, _ := a.queue.Get()
+					a.queue.Done(key)
+					a.noteQueueIdle()
+				}
+				<-done
+				if waited := time.Since(start); waited != tc.want {
+					t.Errorf("growth waited %s, want %s", waited, tc.want)
+				}
+			})
 		})
 	}
 }
