@@ -57,10 +57,10 @@ type growRunner struct {
 	mu     sync.Mutex
 	queued map[growKey]DesiredVolume // waiting or running
 	order  []growKey                 // waiting, oldest first
-	done   map[growKey]growDone
+	done   growResults
 	// reported is the last check of each volume a reconcile took, as far
 	// as a repeat of it is told by.
-	reported map[growKey]growDone
+	reported growResults
 	wake     chan struct{}
 	// idle is told, without blocking, when a worker leaves the reconcile
 	// queue empty.
@@ -72,8 +72,32 @@ type growRunner struct {
 const growthYield = time.Second
 
 func newGrowRunner() *growRunner {
-	return &growRunner{queued: map[growKey]DesiredVolume{}, done: map[growKey]growDone{}, reported: map[growKey]growDone{},
+	return &growRunner{queued: map[growKey]DesiredVolume{}, done: growResults{}, reported: growResults{},
 		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1)}
+}
+
+// growResults holds checks by VMI key, so that every pass's prune reads
+// its own VMI's: scanning the node's were a node's results times its
+// passes, every resync.
+type growResults map[string]map[growKey]growDone
+
+func (m growResults) get(k growKey) (growDone, bool) {
+	d, ok := m[k.vmi][k]
+	return d, ok
+}
+
+func (m growResults) put(k growKey, d growDone) {
+	if m[k.vmi] == nil {
+		m[k.vmi] = map[growKey]growDone{}
+	}
+	m[k.vmi][k] = d
+}
+
+func (m growResults) drop(k growKey) {
+	delete(m[k.vmi], k)
+	if len(m[k.vmi]) == 0 {
+		delete(m, k.vmi)
+	}
 }
 
 // queueIdle tells a waiting batch that the reconcile queue is empty.
@@ -89,12 +113,12 @@ func (g *growRunner) queueIdle() {
 func (g *growRunner) take(k growKey, v DesiredVolume) (applied, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	d, ok := g.done[k]
+	d, ok := g.done.get(k)
 	if !ok {
 		return applied{}, false
 	}
-	delete(g.done, k)
-	g.reported[k] = growDone{asked: d.asked, r: applied{Result: d.r.Result, Err: d.r.Err, Grow: d.r.Grow}}
+	g.done.drop(k)
+	g.reported.put(k, growDone{asked: d.asked, r: applied{Result: d.r.Result, Err: d.r.Err, Grow: d.r.Grow}})
 	return d.r, sameGrowth(d.asked, v)
 }
 
@@ -125,7 +149,7 @@ func (g *growRunner) ready(vmi string, launcher types.UID) func(string) bool {
 	return func(volume string) bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		_, ok := g.done[growKey{vmi, launcher, volume}]
+		_, ok := g.done.get(growKey{vmi, launcher, volume})
 		return ok
 	}
 }
@@ -148,10 +172,10 @@ func (g *growRunner) finish(k growKey, v DesiredVolume, r applied) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.queued, k)
-	if last, ok := g.reported[k]; ok && sameGrowth(last.asked, v) && repeats(r, last.r) {
+	if last, ok := g.reported.get(k); ok && sameGrowth(last.asked, v) && repeats(r, last.r) {
 		return false
 	}
-	g.done[k] = growDone{asked: v, r: r}
+	g.done.put(k, growDone{asked: v, r: r})
 	return true
 }
 
@@ -166,10 +190,10 @@ func repeats(r, last applied) bool {
 func (g *growRunner) prune(vmi string, keep func(growKey) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, m := range []map[growKey]growDone{g.done, g.reported} {
-		for k := range m {
-			if k.vmi == vmi && (keep == nil || !keep(k)) {
-				delete(m, k)
+	for _, m := range []growResults{g.done, g.reported} {
+		for k := range m[vmi] {
+			if keep == nil || !keep(k) {
+				m.drop(k)
 			}
 		}
 	}

@@ -187,3 +187,29 @@ func TestGrowthYieldsToMounts(t *testing.T) {
 		})
 	}
 }
+
+// TestGrowthPruneKeepsOtherVMIs: a pass prunes its own VMI's results
+// alone, and only those keep does not want.
+func TestGrowthPruneKeepsOtherVMIs(t *testing.T) {
+	g := newGrowRunner()
+	a1, a2, b1 := growKey{"ns/a", launcherUID, "v1"}, growKey{"ns/a", launcherUID, "v2"}, growKey{"ns/b", launcherUID, "v1"}
+	for _, k := range []growKey{a1, a2, b1} {
+		g.done.put(k, growDone{})
+		g.reported.put(k, growDone{})
+	}
+	g.prune("ns/a", func(k growKey) bool { return k == a2 })
+	for _, tc := range []struct {
+		k    growKey
+		want bool
+	}{{a1, false}, {a2, true}, {b1, true}} {
+		_, done := g.done.get(tc.k)
+		_, reported := g.reported.get(tc.k)
+		if done != tc.want || reported != tc.want {
+			t.Errorf("%+v after the prune: done %v, reported %v; want %v", tc.k, done, reported, tc.want)
+		}
+	}
+	g.prune("ns/a", nil)
+	if _, ok := g.done["ns/a"]; ok {
+		t.Errorf("a VMI whose results are all pruned keeps an empty map")
+	}
+}
