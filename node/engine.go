@@ -145,12 +145,12 @@ func (e *Engine) SweepGrowthLeftovers() (int, error) {
 func (e *Engine) privateMounts() (*mountinfo.Table, error) {
 	dir := e.grower.PrivateDir
 	if e.noStatmount == nil && dir != "" {
-		t, err := isolation.Call(e.ns, func() (*mountinfo.Table, error) { return mountinfo.ReadBeneath(dir) })
-		if err != nil {
-			return nil, stuck(err)
-		}
-		if top, _ := t.Top(dir); top == nil {
+		t, err := isolation.Call(e.ns, func() (*mountinfo.Table, error) { return readUncovered(dir) })
+		if err == nil {
 			return t, nil
+		}
+		if !errors.Is(err, errCovered) {
+			return nil, stuck(err)
 		}
 	}
 	return mountinfo.ReadTable(e.host.MountInfo())
@@ -237,10 +237,7 @@ func (e *Engine) mountOf(dir string) (*mountinfo.Info, error) {
 		if err != nil {
 			return nil, err
 		}
-		if m := t.Containing(dir); m != nil {
-			return m, nil
-		}
-		return nil, fmt.Errorf("no mount in the table contains %q", dir)
+		return propagation.MountOf(t, dir)
 	}
 	m, err := isolation.Call(e.ns, func() (mountinfo.Info, error) {
 		f, err := openNearest(dir)

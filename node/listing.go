@@ -36,10 +36,6 @@ type listing struct {
 	bound map[string]*os.File
 }
 
-// errCovered is listHere's word that hotplug-disks is a mount of its own:
-// mount's rule for it needs the whole table (snapshot.go).
-var errCovered = errors.New("hotplug-disks is a mount of its own")
-
 // list reads the launcher's listing. hung names the volumes whose storage
 // has a probe pending: their binds are not opened again. It is read before
 // the call: an abandoned call reads no memo.
@@ -74,11 +70,8 @@ func (e *Engine) listHere(a *mount.Attacher, t *mountinfo.Table, launcher types.
 	if t == nil {
 		abs := e.root.Abs(dir)
 		var err error
-		if t, err = mountinfo.ReadBeneath(abs); err != nil {
+		if t, err = readUncovered(abs); err != nil {
 			return listing{}, err
-		}
-		if top, _ := t.Top(abs); top != nil {
-			return listing{}, errCovered
 		}
 	}
 	var ls listing

@@ -5,6 +5,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -27,6 +28,25 @@ import (
 // Both hand mount and blockdev the same *mountinfo.Table entries for the
 // launcher, keyed by the same mount ids (the mountinfo ones, which statx
 // STATX_MNT_ID names), so nothing below the engine knows which one it got.
+
+// errCovered is readUncovered's word that a mount covers the directory
+// itself: mount's rule for such a directory (a hotplug-disks that is a
+// mount of its own) needs the whole table, and what a statmount read of the
+// directory lists is the covering mount's, not what lies under it.
+var errCovered = errors.New("the directory is a mount of its own")
+
+// readUncovered is mountinfo.ReadBeneath of dir and also, on the calling
+// thread, or errCovered when a mount covers dir itself.
+func readUncovered(dir string, also ...string) (*mountinfo.Table, error) {
+	t, err := mountinfo.ReadBeneath(dir, also...)
+	if err != nil {
+		return nil, err
+	}
+	if top, _ := t.Top(dir); top != nil {
+		return nil, errCovered
+	}
+	return t, nil
+}
 
 type tableSnapshot struct{ t *mountinfo.Table }
 
@@ -124,12 +144,12 @@ func (e *Engine) tableFor(ns *isolation.MountNamespace, s agent.Snapshot, launch
 		for k, p := range also {
 			paths[k] = e.root.Abs(p)
 		}
-		t, err := isolation.Call(ns, func() (*mountinfo.Table, error) { return mountinfo.ReadBeneath(dir, paths...) })
+		t, err := isolation.Call(ns, func() (*mountinfo.Table, error) { return readUncovered(dir, paths...) })
+		if errors.Is(err, errCovered) {
+			return s.wholeTable(e)
+		}
 		if err != nil {
 			return nil, stuck(err)
-		}
-		if top, _ := t.Top(dir); top != nil {
-			return s.wholeTable(e)
 		}
 		return t, nil
 	}

@@ -80,11 +80,21 @@ func (e *NotSlaveError) Error() string {
 // CheckShared returns nil when path lives on a shared mount of t, and a
 // *NotSharedError naming the mount, its propagation and the fix otherwise.
 func CheckShared(t *mountinfo.Table, path string) error {
-	m := t.Containing(path)
-	if m == nil {
-		return fmt.Errorf("no mount in the table contains %q", path)
+	m, err := MountOf(t, path)
+	if err != nil {
+		return err
 	}
 	return CheckSharedMount(m, path)
+}
+
+// MountOf returns the mount of t that path lives on, which need not exist
+// yet (mountinfo.Table.Containing), or an error naming path when t holds
+// none: the mount CheckShared judges.
+func MountOf(t *mountinfo.Table, path string) (*mountinfo.Info, error) {
+	if m := t.Containing(path); m != nil {
+		return m, nil
+	}
+	return nil, fmt.Errorf("no mount in the table contains %q", path)
 }
 
 // CheckSharedMount is CheckShared of path on m, the mount it lives on, as
