@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -215,6 +216,27 @@ func TestRBACMinimal(t *testing.T) {
 	t.Run("volume-status", func(t *testing.T) { checkAccess(ctx, t, agent, withStatus) })
 }
 
+// awaitGrants waits, for at most 30 s, until the API server allows every
+// check that tests want allowed. RBAC answers from its own caches of roles
+// and bindings, so a review made right after they were applied can still
+// be answered from before them: once in CI the storage-view component's
+// first grant was denied. RBAC only adds, so once every grant is seen the
+// denials are judged on the same roles. A grant that never comes is left to
+// its check to report.
+func awaitGrants(ctx context.Context, agent *rest.Config, tests []accessCheck) {
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, tc := range tests {
+			if !tc.want {
+				continue
+			}
+			if got, err := cluster.CanI(ctx, agent, tc.verb, tc.group, tc.resource, tc.namespace); err != nil || !got {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
 // accessCheck is one SelfSubjectAccessReview and its expected answer.
 type accessCheck struct {
 	verb, group, resource, namespace string
@@ -223,6 +245,7 @@ type accessCheck struct {
 
 func checkAccess(ctx context.Context, t *testing.T, agent *rest.Config, tests []accessCheck) {
 	t.Helper()
+	awaitGrants(ctx, agent, tests)
 	for _, tc := range tests {
 		res := tc.resource
 		if tc.group != "" {
