@@ -60,10 +60,12 @@ func (e *Engine) uncover(t *mountinfo.Table, launcher types.UID, name string) (b
 }
 
 // nodeChange is what blockdev.Ensure or Remove did, carried out of the
-// host namespace: the result and the device the node had.
+// host namespace: the result, the device the node had, and whether a
+// mount on the node's name was removed first.
 type nodeChange struct {
-	r   outcome.Result
-	dev blockdev.Device
+	r         outcome.Result
+	dev       blockdev.Device
+	uncovered bool
 }
 
 func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome.Result, error) {
@@ -77,31 +79,29 @@ func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome
 	if err != nil {
 		return outcome.Unchanged, err
 	}
-	// The launcher's directory is judged, and a mount on the node's name
-	// removed, before anything is granted.
-	uncovered, err := e.uncover(t, v.LauncherUID, v.Name)
-	if err != nil {
-		return outcome.Unchanged, err
-	}
+	// The rule is read first, which grants nothing: a node whose rule is
+	// in place, as on every resync of a healthy volume, is then checked in
+	// one call on the namespace's thread, not two. Those calls were most
+	// of what a resync wave asked of that thread.
 	compute := computeOf(v)
-	// The rule goes in before the node appears, so the launcher never sees
-	// a node it cannot open.
 	allowed, err := e.rules.Allowed(compute, p.Device)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
+	var uncovered bool
 	if !allowed {
+		// The launcher's directory is judged, and a mount on the node's
+		// name removed, before anything is granted; the rule goes in
+		// before the node appears, so the launcher never sees a node it
+		// cannot open.
+		if uncovered, err = e.uncover(t, v.LauncherUID, v.Name); err != nil {
+			return outcome.Unchanged, err
+		}
 		if err := e.rules.Allow(compute, p.Device); err != nil {
 			return outcome.Unchanged, err
 		}
 	}
-	did, err := inHotplugDisks(e, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
-		if err := live.Check(); err != nil {
-			return nodeChange{}, err
-		}
-		r, old, err := e.nodes.Ensure(dir, v.Name, p)
-		return nodeChange{r, old}, err
-	})
+	did, err := e.ensureNode(t, v, p, allowed)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
@@ -111,7 +111,7 @@ func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome
 		}
 	}
 	switch {
-	case did.r == outcome.Unchanged && uncovered:
+	case did.r == outcome.Unchanged && (uncovered || did.uncovered):
 		return outcome.Replaced, nil
 	case did.r == outcome.Unchanged && !allowed:
 		// Node in place but its rule was lost, e.g. the runtime rewrote the
@@ -119,6 +119,27 @@ func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome
 		return outcome.Created, nil
 	}
 	return did.r, nil
+}
+
+// ensureNode makes the launcher's node for p, removing first, when uncover
+// is set, whatever is mounted on its name.
+func (e *Engine) ensureNode(t *mountinfo.Table, v agent.DesiredVolume, p blockdev.Published, uncover bool) (nodeChange, error) {
+	return inHotplugDisks(e, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
+		var c nodeChange
+		if uncover {
+			n, err := mount.Uncover(live, t, dir, v.Name)
+			if err != nil {
+				return c, err
+			}
+			c.uncovered = n > 0
+		}
+		if err := live.Check(); err != nil {
+			return c, err
+		}
+		var err error
+		c.r, c.dev, err = e.nodes.Ensure(dir, v.Name, p)
+		return c, err
+	})
 }
 
 // computeOf is the container a block volume's device is allowed to: the
@@ -175,7 +196,7 @@ func (e *Engine) detachBlock(t *mountinfo.Table, launcher types.UID, name string
 			return nodeChange{}, err
 		}
 		r, dev, err := e.nodes.Remove(dir, name)
-		return nodeChange{r, dev}, err
+		return nodeChange{r: r, dev: dev}, err
 	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return outcome.Unchanged, nil
