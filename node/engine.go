@@ -143,17 +143,11 @@ func (e *Engine) SweepGrowthLeftovers() (int, error) {
 // observation does, and reads the table only where a mount covers the
 // directory itself and hides what an older agent left under it.
 func (e *Engine) privateMounts() (*mountinfo.Table, error) {
-	dir := e.grower.PrivateDir
-	if e.noStatmount == nil && dir != "" {
-		t, err := isolation.Call(e.ns, func() (*mountinfo.Table, error) { return readUncovered(dir) })
-		if err == nil {
-			return t, nil
-		}
-		if !errors.Is(err, errCovered) {
-			return nil, stuck(err)
-		}
+	whole := func() (*mountinfo.Table, error) { return mountinfo.ReadTable(e.host.MountInfo()) }
+	if e.noStatmount != nil || e.grower.PrivateDir == "" {
+		return whole()
 	}
-	return mountinfo.ReadTable(e.host.MountInfo())
+	return mountsUnder(e.ns, e.grower.PrivateDir, nil, whole)
 }
 
 // Liveness returns the agent's liveness check. It fails only when a

@@ -144,16 +144,23 @@ func (e *Engine) tableFor(ns *isolation.MountNamespace, s agent.Snapshot, launch
 		for k, p := range also {
 			paths[k] = e.root.Abs(p)
 		}
-		t, err := isolation.Call(ns, func() (*mountinfo.Table, error) { return readUncovered(dir, paths...) })
-		if errors.Is(err, errCovered) {
-			return s.wholeTable(e)
-		}
-		if err != nil {
-			return nil, stuck(err)
-		}
-		return t, nil
+		return mountsUnder(ns, dir, paths, func() (*mountinfo.Table, error) { return s.wholeTable(e) })
 	}
 	return nil, fmt.Errorf("snapshot %T is not a mount table", s)
+}
+
+// mountsUnder reads, on a thread of ns, what is mounted on dir's entries
+// and on the paths of also; where a mount covers dir itself, it returns
+// whole's table instead (readUncovered says why).
+func mountsUnder(ns *isolation.MountNamespace, dir string, also []string, whole func() (*mountinfo.Table, error)) (*mountinfo.Table, error) {
+	t, err := isolation.Call(ns, func() (*mountinfo.Table, error) { return readUncovered(dir, also...) })
+	if errors.Is(err, errCovered) {
+		return whole()
+	}
+	if err != nil {
+		return nil, stuck(err)
+	}
+	return t, nil
 }
 
 func (s *beneathSnapshot) wholeTable(e *Engine) (*mountinfo.Table, error) {
