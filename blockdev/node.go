@@ -49,6 +49,10 @@ type Nodes struct {
 	UID, GID int
 	// SysRoot is sysfs, for the disks' sequence numbers; "" means /sys.
 	SysRoot string
+
+	// beforeMknod, set by tests, runs right before Ensure's mknod: the
+	// seam to let another mounter take the name there.
+	beforeMknod func(name string)
 }
 
 // ErrUnconfirmed means a node's major:minor cannot be shown to still name

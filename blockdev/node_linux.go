@@ -63,25 +63,51 @@ func (n *Nodes) Ensure(dir *os.File, name string, p Published) (outcome.Result, 
 	if err != nil {
 		return outcome.Unchanged, Device{}, err
 	}
-	c := change{Result: outcome.Created}
+	c, made, err := n.place(dir, dirID, name, p)
+	if errors.Is(err, unix.EEXIST) {
+		// virt-handler's mounter made the node between the lookup and
+		// mknod: judge what it made like anything else found there. A
+		// stale node this call removed stays the change to report, so
+		// that its device's rule is dropped.
+		var again change
+		if again, made, err = n.place(dir, dirID, name, p); c.Result != outcome.Replaced {
+			c = again
+		}
+	}
+	if err != nil || !made {
+		return c.result(), c.Dev, err
+	}
+	return c.result(), c.Dev, n.verifyAndOwn(dir, dirID, name, p)
+}
+
+// place looks at name and settles what is there; if nothing is left, it
+// makes the node (made). An error wrapping EEXIST means the name was
+// taken after the lookup, and Ensure looks again.
+func (n *Nodes) place(dir *os.File, dirID uint64, name string, p Published) (c change, made bool, err error) {
 	f, st, err := lookup(dir, dirID, name)
 	switch {
 	case errors.Is(err, unix.ENOENT):
 	case err != nil:
-		return outcome.Unchanged, Device{}, err
+		return change{}, false, err
 	default:
 		var done bool
 		c, done, err = n.settle(dir, f, st, name, p)
 		f.Close()
 		if done || err != nil {
-			return c.result(), c.Dev, err
+			return c, false, err
 		}
+	}
+	if n.beforeMknod != nil {
+		n.beforeMknod(name)
 	}
 	dev := unix.Mkdev(p.Device.Major, p.Device.Minor)
 	if err := unix.Mknodat(int(dir.Fd()), name, unix.S_IFBLK|p.Perm, int(dev)); err != nil {
-		return outcome.Unchanged, Device{}, fmt.Errorf("mknod %q in %q as %d:%d: %w", name, dir.Name(), p.Device.Major, p.Device.Minor, err)
+		return c, false, fmt.Errorf("mknod %q in %q as %d:%d: %w", name, dir.Name(), p.Device.Major, p.Device.Minor, err)
 	}
-	return c.result(), c.Dev, n.verifyAndOwn(dir, dirID, name, p)
+	if c.Result == "" {
+		c.Result = outcome.Created
+	}
+	return c, true, nil
 }
 
 // settle deals with the entry f already at name: a node of p's device

@@ -156,6 +156,57 @@ func TestNodeLifecycle(t *testing.T) {
 	}
 }
 
+// TestNodeMadeMeanwhile is the race with virt-handler's mounter, which
+// makes the same node: it takes the name between Ensure's lookup and its
+// mknod. The EEXIST is no error: Ensure judges the peer's node, owns it
+// for QEMU, and still reports a stale node it removed itself.
+func TestNodeMadeMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stale   bool
+		want    outcome.Result
+		wantOld bool
+	}{
+		{"fresh name", false, outcome.Unchanged, false},
+		{"stale node removed first", true, outcome.Replaced, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newNodeFixture(t)
+			p, err := f.nodes.PublishedDevice(hpPod, pvName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := filepath.Join(f.root, targetRel, "vol")
+			stale := Device{Major: p.Device.Major, Minor: p.Device.Minor + 100}
+			if tc.stale {
+				if err := unix.Mknod(node, unix.S_IFBLK|0o660, int(stale.Number())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			raced := false
+			f.nodes.beforeMknod = func(string) {
+				if !raced {
+					raced = true
+					if err := unix.Mknod(node, unix.S_IFBLK|0o660, int(p.Device.Number())); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got, old, err := f.nodes.Ensure(f.dir(t), "vol", p)
+			if !raced || err != nil || got != tc.want {
+				t.Fatalf("ensure = %s, %v (raced %v); want %s", got, err, raced, tc.want)
+			}
+			if tc.wantOld != (old == stale) {
+				t.Errorf("ensure reported old device %v, stale was %v", old, stale)
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(node, &st); err != nil || st.Rdev != p.Device.Number() || st.Uid != 107 || st.Gid != 107 {
+				t.Fatalf("node stat %+v %v", st, err)
+			}
+		})
+	}
+}
+
 func TestNodeRefusals(t *testing.T) {
 	f := newNodeFixture(t)
 	p, err := f.nodes.PublishedDevice(hpPod, pvName)

@@ -114,16 +114,13 @@ func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir,
 	}
 	defer dir.Close()
 	where := filepath.Join(dir.Name(), file)
-	tg, err := inspectTarget(t, dir, dirID, file)
+	tg, err := claimTarget(func() (target, error) { return inspectTarget(t, dir, dirID, file) },
+		func() error { return createTarget(s, dir, file) })
 	if err != nil {
 		return "", err
 	}
 	result := outcome.Mounted
 	switch {
-	case !tg.exists:
-		if err := createTarget(s, dir, file); err != nil {
-			return "", err
-		}
 	case tg.mounted && sameSource(tg, src) && tg.depth <= 1:
 		return outcome.Unchanged, a.fixOwner(s, dir, file, tg)
 	case tg.mounted:
@@ -334,6 +331,25 @@ func sameSource(tg target, src *source) bool {
 		return false
 	}
 	return src.root == "" || tg.top.Root == src.root
+}
+
+// claimTarget says what is at the target, as look sees it, creating the
+// target when there is nothing. virt-handler's mounter creates the same
+// name for the same volume, and may do so between the look and the
+// create: the create's EEXIST then sends attach to look again and judge
+// what the peer made (an empty target, or its bind already on it) like
+// anything else found there. Two looks are enough, since a name that
+// exists is never created again.
+func claimTarget(look func() (target, error), create func() error) (target, error) {
+	tg, err := look()
+	if err != nil || tg.exists {
+		return tg, err
+	}
+	err = create()
+	if errors.Is(err, unix.EEXIST) {
+		return look()
+	}
+	return tg, err
 }
 
 // createTarget makes the empty file to mount on, exclusively: whatever

@@ -47,19 +47,13 @@ func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetD
 		return "", err
 	}
 	defer dir.Close()
-	tg, err := inspectDirTarget(t, dir, dirID, file)
+	tg, err := claimTarget(func() (target, error) { return inspectDirTarget(t, dir, dirID, file) },
+		func() error { return createTargetDir(s, dir, file) })
 	if err != nil {
 		return "", err
 	}
 	result := outcome.Mounted
 	switch {
-	case !tg.exists:
-		if err := s.next("create target directory"); err != nil {
-			return "", err
-		}
-		if err := unix.Mkdirat(int(dir.Fd()), file, 0o750); err != nil {
-			return "", fmt.Errorf("create target directory %q: %w", filepath.Join(dir.Name(), file), err)
-		}
 	case tg.mounted && !tg.dead && tg.depth <= 1 && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino:
 		return outcome.Unchanged, a.chownDir(s, dir, file, tg.st)
 	case tg.mounted:
@@ -72,6 +66,18 @@ func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetD
 		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
 	}
 	return result, a.chownMountedDir(s, src, dir, dirID, file)
+}
+
+// createTargetDir makes the empty directory to mount on, exclusively, as
+// createTarget makes a file.
+func createTargetDir(s steps, dir *os.File, file string) error {
+	if err := s.next("create target directory"); err != nil {
+		return err
+	}
+	if err := unix.Mkdirat(int(dir.Fd()), file, 0o750); err != nil {
+		return fmt.Errorf("create target directory %q: %w", filepath.Join(dir.Name(), file), err)
+	}
+	return nil
 }
 
 // openDirSource opens the published volume directory beneath the kubelet

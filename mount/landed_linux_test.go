@@ -178,3 +178,61 @@ func TestDetachWhileAnotherUnmounts(t *testing.T) {
 		})
 	}
 }
+
+// TestAttachTargetCreatedMeanwhile is the race the peer matrix met:
+// virt-handler's mounter creates the target between the agent's look and
+// its create, and may bind the volume onto it at once. The create's EEXIST
+// is no error: the agent looks again and binds onto the empty target, or
+// adopts the peer's bind.
+func TestAttachTargetCreatedMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name, step string
+		bind       bool
+		want       outcome.Result
+	}{
+		{"file", "create target", false, outcome.Mounted},
+		{"file with the peer's bind", "create target", true, outcome.Unchanged},
+		{"directory", "create target directory", false, outcome.Mounted},
+		{"directory with the peer's bind", "create target directory", true, outcome.Unchanged},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "ext4")
+			dirMode := tc.step == "create target directory"
+			target, source := n.path(launchDir, "v.img"), n.path(hpVolDir, "disk.img")
+			attach := func() (outcome.Result, error) { return n.a.Attach(hostTable(t), hpVolDir, launchDir, "v.img") }
+			if dirMode {
+				target, source = n.path(launchDir, "dump"), n.path(hpVolDir)
+				attach = func() (outcome.Result, error) { return n.a.AttachDir(hostTable(t), hpVolDir, launchDir, "dump") }
+			}
+			t.Cleanup(func() {
+				for unix.Unmount(target, unix.MNT_DETACH) == nil {
+				}
+			})
+			raced := false
+			n.a.BeforeChange = func(step string) {
+				if step != tc.step || raced {
+					return
+				}
+				raced = true
+				if dirMode {
+					must(t, os.Mkdir(target, 0o750))
+				} else {
+					must(t, os.WriteFile(target, nil, 0o644))
+				}
+				if tc.bind {
+					must(t, unix.Mount(source, target, "", unix.MS_BIND, ""))
+				}
+			}
+			res, err := attach()
+			if !raced {
+				t.Fatal("the peer never created the target")
+			}
+			if err != nil || res != tc.want {
+				t.Fatalf("attach: %s, %v; want %s", res, err, tc.want)
+			}
+			if stack := hostTable(t).At(target); len(stack) != 1 {
+				t.Fatalf("%d mounts on %q, want 1", len(stack), target)
+			}
+		})
+	}
+}
