@@ -113,7 +113,13 @@ func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir,
 		return "", err
 	}
 	defer dir.Close()
-	where := filepath.Join(dir.Name(), file)
+	return settleTwice(func() (outcome.Result, error) { return a.settleFile(s, t, src, dir, dirID, file) })
+}
+
+// settleFile looks at the target of src in dir, judges it and binds src
+// there unless it is already bound. A failed bind reports what it set out
+// to do (mounted or replaced) with its error.
+func (a *Attacher) settleFile(s steps, t *mountinfo.Table, src *source, dir *os.File, dirID uint64, file string) (outcome.Result, error) {
 	tg, err := claimTarget(func() (target, error) { return inspectTarget(t, dir, dirID, file) },
 		func() error { return createTarget(s, dir, file) })
 	if err != nil {
@@ -130,7 +136,7 @@ func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir,
 		result = outcome.Replaced
 	}
 	if err := bindFile(s, src, dir, dirID, file); err != nil {
-		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), where, err)
+		return result, fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
 	}
 	return result, a.chownMounted(s, src, dir, dirID, file)
 }

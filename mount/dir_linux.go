@@ -47,6 +47,11 @@ func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetD
 		return "", err
 	}
 	defer dir.Close()
+	return settleTwice(func() (outcome.Result, error) { return a.settleDir(s, t, src, dir, dirID, file) })
+}
+
+// settleDir is settleFile for a directory volume.
+func (a *Attacher) settleDir(s steps, t *mountinfo.Table, src *dirSource, dir *os.File, dirID uint64, file string) (outcome.Result, error) {
 	tg, err := claimTarget(func() (target, error) { return inspectDirTarget(t, dir, dirID, file) },
 		func() error { return createTargetDir(s, dir, file) })
 	if err != nil {
@@ -63,7 +68,7 @@ func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetD
 		result = outcome.Replaced
 	}
 	if err := bindDir(s, src, dir, dirID, file); err != nil {
-		return "", fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
+		return result, fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
 	}
 	return result, a.chownMountedDir(s, src, dir, dirID, file)
 }
@@ -98,7 +103,20 @@ func openDirSource(root *os.File, sourceDir string) (*dirSource, error) {
 // inspectDirTarget says what is at dir/file for a directory volume. A
 // target that is not a directory, or an unmounted one that is not an empty
 // root-owned directory, is refused.
+//
+// A bind another mounter (virt-handler's) makes on an empty target between
+// the look and the read of its entries is no error of the target's: the
+// directory is looked at once more, and is then seen mounted. Without
+// that, a launcher's observation failed whole on the race.
 func inspectDirTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file string) (target, error) {
+	tg, err := inspectDirOnce(t, dir, dirID, file)
+	if errors.Is(err, ErrTargetChanged) {
+		return inspectDirOnce(t, dir, dirID, file)
+	}
+	return tg, err
+}
+
+func inspectDirOnce(t *mountinfo.Table, dir *os.File, dirID uint64, file string) (target, error) {
 	var tg target
 	where := filepath.Join(dir.Name(), file)
 	f, err := openTarget(dir, file)

@@ -219,38 +219,66 @@ func TestDetachDirKeepsContent(t *testing.T) {
 	}
 }
 
-// TestDirTargetRemovedMidLook: a target directory removed between its
-// open and the check that it is empty (virt-handler cleaning up its own
-// at the end of a migration) is gone, not an error: the detach has
-// nothing to do and the observe lists nothing.
-func TestDirTargetRemovedMidLook(t *testing.T) {
+// TestDirTargetChangedMidLook: virt-handler changes a target directory
+// between the agent's open of it and the read of its entries. Removed (its
+// cleanup at the end of a migration), the target is gone, not an error:
+// the detach has nothing to do and the observe lists nothing. Bound (its
+// bind of the same claim), the read sees the claim through another mount
+// (ErrTargetChanged); the target is looked at once more and found
+// mounted: the observe lists it, the attach adopts it.
+func TestDirTargetChangedMidLook(t *testing.T) {
+	observe := func(mounted int) func(n *node) (string, error) {
+		return func(n *node) (string, error) {
+			obs, err := n.a.ObserveDirs(hostTable(t), launchDir, listDirs)
+			if err == nil && (len(obs) != mounted || mounted > 0 && !obs[0].Mounted) {
+				return fmt.Sprintf("observed %+v", obs), nil
+			}
+			return "", err
+		}
+	}
+	result := func(call func(n *node) (outcome.Result, error), want outcome.Result) func(n *node) (string, error) {
+		return func(n *node) (string, error) {
+			res, err := call(n)
+			if err == nil && res != want {
+				return fmt.Sprintf("%v, want %v", res, want), nil
+			}
+			return "", err
+		}
+	}
+	detach := func(n *node) (outcome.Result, error) { return n.a.DetachDir(hostTable(t), launchDir, "dump") }
+	attach := func(n *node) (outcome.Result, error) { return n.a.AttachDir(hostTable(t), hpVolDir, launchDir, "dump") }
 	for _, tc := range []struct {
 		name string
-		call func(n *node) error
+		bind bool
+		call func(n *node) (string, error)
 	}{
-		{"detach", func(n *node) error {
-			res, err := n.a.DetachDir(hostTable(t), launchDir, "dump")
-			if err == nil && res != outcome.Unchanged {
-				return fmt.Errorf("detach: %v, want Unchanged", res)
-			}
-			return err
-		}},
-		{"observe", func(n *node) error {
-			obs, err := n.a.ObserveDirs(hostTable(t), launchDir, listDirs)
-			if err == nil && len(obs) != 0 {
-				return fmt.Errorf("observe: %+v, want nothing", obs)
-			}
-			return err
-		}},
+		{"removed, detach", false, result(detach, outcome.Unchanged)},
+		{"removed, observe", false, observe(0)},
+		{"bound, observe", true, observe(1)},
+		{"bound, attach", true, result(attach, outcome.Unchanged)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, "ext4")
 			target := n.path(launchDir, "dump")
-			must(t, os.Mkdir(target, 0o755))
-			afterDirTargetOpen = func(string) { must(t, os.Remove(target)) }
+			must(t, os.Mkdir(target, 0o750))
+			t.Cleanup(func() {
+				for unix.Unmount(target, unix.MNT_DETACH) == nil {
+				}
+			})
+			raced := false
+			afterDirTargetOpen = func(string) {
+				switch {
+				case raced:
+				case tc.bind:
+					must(t, unix.Mount(n.path(hpVolDir), target, "", unix.MS_BIND, ""))
+				default:
+					must(t, os.Remove(target))
+				}
+				raced = true
+			}
 			t.Cleanup(func() { afterDirTargetOpen = nil })
-			if err := tc.call(n); err != nil {
-				t.Fatal(err)
+			if wrong, err := tc.call(n); err != nil || wrong != "" || !raced {
+				t.Fatalf("%s %v (raced %v)", wrong, err, raced)
 			}
 		})
 	}
