@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
-.PHONY: all build deps tools test unit vet bench bench-node demo fuzz fuzz-quick peer-test chart chart-package release node-up node-down clean
+.PHONY: all build deps tools test unit vet bench bench-node demo fuzz fuzz-quick peer-test peer-soak chart chart-package release node-up node-down clean
 
 all: build
 
@@ -48,6 +48,19 @@ test: deps tools vet build
 peer-test:
 	cd test/peer/kubevirt && CGO_ENABLED=0 $(GO) vet ./... && \
 	  HPMOUNT_REQUIRE_ROOT=1 CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 20m ./...
+
+# The coexistence matrix PEER_RUNS times, each run its own process (the
+# matrix's concurrent order races the two mounters with a random delay, so
+# one run samples one interleaving; a second run in the same process finds
+# the first's fixed paths). Not part of make test: 40 runs take about 9
+# minutes. It stops at the first failing run and keeps its log.
+PEER_RUNS ?= 40
+peer-soak:
+	cd test/peer/kubevirt && CGO_ENABLED=0 $(GO) test -c -o $(CURDIR)/bin/peer.test . && \
+	  for i in $$(seq $(PEER_RUNS)); do \
+	    HPMOUNT_REQUIRE_ROOT=1 $(CURDIR)/bin/peer.test -test.count=1 -test.run '^TestCoexistenceMatrix$$' \
+	      > $(CURDIR)/bin/peer-soak.log 2>&1 || { echo "run $$i of $(PEER_RUNS) failed: bin/peer-soak.log"; exit 1; }; \
+	  done; echo "$(PEER_RUNS) runs of TestCoexistenceMatrix passed"
 
 # Fuzz targets (SECURITY.md), as package:target:executions. Their seed
 # corpora (f.Add and testdata/fuzz) run with every go test above: that
