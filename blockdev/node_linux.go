@@ -70,7 +70,8 @@ func (n *Nodes) Ensure(dir *os.File, name string, p Published) (outcome.Result, 
 		// stale node this call removed stays the change to report, so
 		// that its device's rule is dropped.
 		var again change
-		if again, made, err = n.place(dir, dirID, name, p); c.Result != outcome.Replaced {
+		again, made, err = n.place(dir, dirID, name, p)
+		if c.Result != outcome.Replaced {
 			c = again
 		}
 	}
