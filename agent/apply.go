@@ -98,6 +98,10 @@ func (a *Agent) call(ctx context.Context, snap Snapshot, launcher types.UID, o o
 	var err error
 	switch o.Kind {
 	case outcome.Detach:
+		if o.LeftToHandler {
+			r.Result = outcome.LeftToHandler
+			break
+		}
 		r.Result, err = a.engine.Detach(ctx, snap, launcher, *o.Observed)
 	case outcome.Attach, outcome.Verify:
 		r.Result, err = a.engine.Attach(ctx, snap, o.Intent.Desired)

@@ -44,6 +44,9 @@ type decision struct {
 	// abandoned targets of a failed migration, all of a gone VMI's.
 	// Abandoned are among them; Held stay as they are (heldForHandoff).
 	Clean, Abandoned, Held []types.UID
+	// PodGone are the launchers to empty whose pod is gone from the
+	// cache.
+	PodGone []types.UID
 	// Launcher is the launcher to serve, VMI the VMI as it is judged for
 	// it (kubevirt.Placement.VMI), Intents its hotplug volumes.
 	Launcher *corev1.Pod
@@ -86,6 +89,7 @@ func decide(w world) decision {
 		d.Ref = vmiRef(w.Namespace, w.Name, d.State.uid, "")
 		d.Clean, d.Held = heldForHandoff(d.State, w.Pods)
 		d.ConfirmGone = len(d.Clean) > 0
+		d.PodGone = podsGone(d.Clean, w.Pods)
 		return d
 	}
 	vmi := w.VMI
@@ -108,6 +112,7 @@ func (d *decision) place(w world, p kubevirt.Placement) {
 	}
 	d.Abandoned = p.AbandonedUIDs
 	d.Clean = staleLaunchers(d.State, p.Launcher, d.Abandoned, w.Pods)
+	d.PodGone = podsGone(d.Clean, w.Pods)
 	if l := p.Launcher; l != nil {
 		d.State.launchers[l.UID] = true
 		d.ClearRefusal, d.Launcher, d.VMI, d.Target = true, l, p.VMI, p.Target
@@ -199,6 +204,17 @@ func staleLaunchers(st *vmiState, current *corev1.Pod, abandoned []types.UID, po
 		}
 	}
 	return stale
+}
+
+// podsGone lists the launchers whose pod the cache no longer has.
+func podsGone(launchers []types.UID, pods kubevirt.PodLookup) []types.UID {
+	var gone []types.UID
+	for _, uid := range launchers {
+		if _, ok := pods.PodByUID(uid); !ok {
+			gone = append(gone, uid)
+		}
+	}
+	return gone
 }
 
 // heldForHandoff splits the launchers of a VMI that left this node's

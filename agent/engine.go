@@ -161,4 +161,34 @@ type Engine interface {
 	// anything, so that what a deleted launcher left is found even after
 	// the agent restarted.
 	Launchers(ctx context.Context, s Snapshot) ([]types.UID, error)
+	// HandlerRecord reads virt-handler's record of the VMI's targets on
+	// the node. No record (none kept, or reading records switched off)
+	// is an empty one and no error.
+	HandlerRecord(ctx context.Context, vmi types.UID) (HandlerRecord, error)
+}
+
+// HandlerRecord is what virt-handler's hotplug mounter recorded of one
+// VMI's targets on the node: the targets it will remove itself once their
+// volume leaves the VMI's volumeStatus.
+type HandlerRecord struct {
+	// Volumes are the recorded targets, by launcher, by the name of the
+	// volume whose target they can be (a file target "v.img" counts for
+	// the volumes "v" and "v.img").
+	Volumes map[types.UID]map[string]bool
+	// Stuck names a recorded target that is gone, "" if none (or says
+	// why the record cannot be read). virt-handler's Unmount opens the
+	// recorded targets in turn and returns at one that is gone, before
+	// it rewrites its record, so it fails there at every sync and never
+	// removes the targets after it (kubevirt#16532): nothing is left to
+	// it then.
+	Stuck string
+}
+
+// Leaves reports whether the launcher's volume is virt-handler's to
+// remove: its record names the target and it can still act on its
+// record. hpmount removing such a target first makes virt-handler's
+// Unmount fail on it at every later sync, and while virt-handler still
+// lists the volume in volumeStatus it would bind it again.
+func (r HandlerRecord) Leaves(launcher types.UID, volume string) bool {
+	return r.Stuck == "" && r.Volumes[launcher][volume]
 }

@@ -41,6 +41,9 @@ type fakeEngine struct {
 	// returns only once released is closed: a filesystem frozen under it.
 	growing  chan string
 	released chan struct{}
+	// handler is virt-handler's record by VMI; handlerErr fails its read.
+	handler    map[types.UID]HandlerRecord
+	handlerErr error
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -97,6 +100,13 @@ func (f *fakeEngine) Launchers(context.Context, Snapshot) ([]types.UID, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out, nil
+}
+
+func (f *fakeEngine) HandlerRecord(_ context.Context, vmi types.UID) (HandlerRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("handler record %s", vmi)
+	return f.handler[vmi], f.handlerErr
 }
 
 func (f *fakeEngine) setObserved(l types.UID, obs ...ObservedVolume) {

@@ -6,6 +6,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -36,6 +37,11 @@ type observation struct {
 	// GrowthReady reports whether a finished growth check of a volume of
 	// the served launcher waits to be reported (growth.go).
 	GrowthReady func(volume string) bool
+	// Handler is virt-handler's record of the VMI's targets, read only
+	// when the pass may detach something; HandlerErr is why it could not
+	// be read, and then nothing is detached.
+	Handler    HandlerRecord
+	HandlerErr error
 }
 
 // observedLauncher is what one launcher's hotplug-disks holds. Refusal
@@ -79,7 +85,28 @@ func (a *Agent) observe(ctx context.Context, d decision) observation {
 		}
 		o.GrowthReady = a.growth.ready(d.Key, l.UID)
 	}
+	if d.State != nil && d.State.uid != "" && mayDetach(d, o) {
+		o.Handler, o.HandlerErr = a.engine.HandlerRecord(ctx, d.State.uid)
+		if o.HandlerErr != nil {
+			o.HandlerErr = fmt.Errorf("read virt-handler's record of vmi %s: %w", d.State.uid, o.HandlerErr)
+		}
+	}
 	return o
+}
+
+// mayDetach reports whether the pass's plan may detach anything: a
+// launcher to empty holds something, or the served one holds a volume
+// that left the spec. Only then is virt-handler's record read.
+func mayDetach(d decision, o observation) bool {
+	for _, ol := range o.Clean {
+		if len(ol.Volumes) > 0 {
+			return true
+		}
+	}
+	if d.Launcher == nil || d.VMI == nil {
+		return false
+	}
+	return slices.ContainsFunc(o.Launcher.Volumes, func(v ObservedVolume) bool { return !d.VMI.Spec.HasVolume(v.Name) })
 }
 
 // confirmGone asks the API server whether the VMI of key, remembered with

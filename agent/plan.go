@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +21,10 @@ type op struct {
 	Name     string
 	Intent   *volumeIntent   // attach, verify, grow
 	Observed *ObservedVolume // detach; attach/verify when present
+	// LeftToHandler: a detach whose target virt-handler's record names,
+	// which is virt-handler's to remove (HandlerRecord.Leaves). No engine
+	// call is made; the result is outcome.LeftToHandler.
+	LeftToHandler bool
 }
 
 // planInput is everything a plan is computed from.
@@ -41,6 +46,11 @@ type planInput struct {
 	// GrowthReady reports whether a finished growth check of the volume
 	// waits to be reported (apply takes it; growth.go).
 	GrowthReady func(name string) bool
+	// LeftToHandler reports whether an observed volume to detach is
+	// virt-handler's to remove; nil leaves nothing to it.
+	LeftToHandler func(name string) bool
+	// NoDetach plans no detach: whose a target is could not be read.
+	NoDetach bool
 }
 
 // launcherPlan is the engine calls planned for one launcher. Key names
@@ -59,7 +69,8 @@ func planPass(d decision, o observation) []launcherPlan {
 	var plans []launcherPlan
 	for _, uid := range d.Clean {
 		if ol, ok := o.Clean[uid]; ok && ol.Err == nil {
-			plans = append(plans, launcherPlan{Launcher: uid, Ops: buildPlan(planInput{Observed: ol.Volumes})})
+			plans = append(plans, launcherPlan{Launcher: uid, Ops: buildPlan(planInput{Observed: ol.Volumes,
+				LeftToHandler: leftToHandler(d, o, uid), NoDetach: o.HandlerErr != nil})})
 		}
 	}
 	if d.Launcher == nil || o.Snap == nil || o.Launcher.Err != nil || o.Launcher.Refusal != nil {
@@ -73,8 +84,23 @@ func planPass(d decision, o observation) []launcherPlan {
 			last, ok := st.capacity[name]
 			return !ok || last != c
 		},
-		GrowthReady: o.GrowthReady,
+		GrowthReady:   o.GrowthReady,
+		LeftToHandler: leftToHandler(d, o, d.Launcher.UID), NoDetach: o.HandlerErr != nil,
 	})})
+}
+
+// leftToHandler is the rule for launcher's detaches: what virt-handler's
+// record names is its to remove (HandlerRecord.Leaves), except in the
+// abandoned target of a failed migration, whose binds virt-handler's
+// cleanup leaves behind (kubevirt#17882), and in a launcher whose pod is
+// gone, whose directory the kubelet can remove only once it is empty
+// (virt-handler's cleanup passes over a recorded target that is gone).
+// What is left in a launcher that terminates, the orphan sweep removes.
+func leftToHandler(d decision, o observation, launcher types.UID) func(string) bool {
+	if slices.Contains(d.Abandoned, launcher) || slices.Contains(d.PodGone, launcher) {
+		return nil
+	}
+	return func(name string) bool { return o.Handler.Leaves(launcher, name) }
 }
 
 // buildPlan returns the ordered engine calls that turn observed into
@@ -86,8 +112,9 @@ func buildPlan(in planInput) []op {
 	for i := range in.Observed {
 		o := &in.Observed[i]
 		observed[o.Name] = o
-		if in.Spec == nil || !in.Spec.HasVolume(o.Name) {
-			detaches = append(detaches, op{Kind: outcome.Detach, Name: o.Name, Observed: o})
+		if (in.Spec == nil || !in.Spec.HasVolume(o.Name)) && !in.NoDetach {
+			left := in.LeftToHandler != nil && in.LeftToHandler(o.Name)
+			detaches = append(detaches, op{Kind: outcome.Detach, Name: o.Name, Observed: o, LeftToHandler: left})
 		}
 	}
 	if in.Spec != nil {

@@ -44,6 +44,12 @@ func TestBuildPlan(t *testing.T) {
 			Observed: []ObservedVolume{{Name: "a", Mode: kubevirt.Filesystem, Mounted: true, Stacked: 1, SourceGone: true}}}, []string{"attach a"}},
 		{"removed from spec is detached first", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
 			Observed: []ObservedVolume{healthyObserved("zz", kubevirt.Filesystem)}}, []string{"detach zz", "attach a"}},
+		{"a target virt-handler's record names is left to it", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+			LeftToHandler: func(n string) bool { return n == "zz" },
+			Observed:      []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("zz", kubevirt.Filesystem), healthyObserved("zy", kubevirt.Block)}},
+			[]string{"detach zy", "detach zz (left to virt-handler)"}},
+		{"an unread record detaches nothing", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)}, NoDetach: true,
+			Observed: []ObservedVolume{healthyObserved("zz", kubevirt.Filesystem)}}, []string{"attach a"}},
 		{"vmi gone detaches all", planInput{Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}},
 			[]string{"detach a", "detach b"}},
 		{"not attachable healthy is kept", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, false)},
@@ -80,7 +86,11 @@ func TestBuildPlan(t *testing.T) {
 			}
 			var got []string
 			for _, o := range buildPlan(tt.in) {
-				got = append(got, string(o.Kind)+" "+o.Name)
+				s := string(o.Kind) + " " + o.Name
+				if o.LeftToHandler {
+					s += " (left to virt-handler)"
+				}
+				got = append(got, s)
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("plan = %v, want %v", got, tt.want)

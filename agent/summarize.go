@@ -67,6 +67,9 @@ type summary struct {
 	// LogAttrs name what the summary is about in its logs (a launcher
 	// emptied), beside the VMI.
 	LogAttrs []any
+	// LeftToHandler: a target was left to virt-handler to remove, so
+	// its launcher is not clean yet.
+	LeftToHandler bool
 }
 
 type volumeState struct {
@@ -174,6 +177,10 @@ func summarizePass(d decision, o observation, done passApplied) passReport {
 		r.Errs = append(r.Errs, o.SnapErr)
 		return r
 	}
+	if o.HandlerErr != nil {
+		// Nothing was detached: whose the targets are is unknown.
+		r.Errs = append(r.Errs, o.HandlerErr)
+	}
 	r.Errs = append(r.Errs, r.cleaned(d, o, done)...)
 	r.targetCleaned(d)
 	if d.Launcher != nil {
@@ -234,6 +241,9 @@ func (r *passReport) cleaned(d decision, o observation, done passApplied) []erro
 		if err := errors.Join(s.Errs...); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if s.LeftToHandler {
+			continue // looked at again until virt-handler removed it
 		}
 		delete(r.State.launchers, uid)
 	}

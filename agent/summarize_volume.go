@@ -169,6 +169,12 @@ func (s *summary) attached(r applied) {
 
 func (s *summary) detached(in summaryInput, r applied) {
 	name := r.Op.Name
+	if r.Result == outcome.LeftToHandler {
+		// virt-handler unmounts it and writes its status; the pass that
+		// finds it gone has nothing to do.
+		s.LeftToHandler = true
+		return
+	}
 	if r.Result == outcome.Error {
 		s.Errs = append(s.Errs, fmt.Errorf("detach volume %q: %w", name, r.Err))
 		if !r.Canceled {

@@ -119,3 +119,22 @@ const MaxTargets = 1024
 func IsTargetName(name string) bool {
 	return ValidName(name) == nil || ValidName(strings.TrimSuffix(name, ".img")) == nil
 }
+
+// HotplugTargetOf is the launcher pod and the entry name of a target path
+// under any kubelet root, ".../pods/<uid>/volumes/kubernetes.io~empty-dir/
+// hotplug-disks/<name>", as another component spells it in its own view
+// of the pods directory; ok is false for any other path.
+func HotplugTargetOf(p string) (launcherUID, name string, ok bool) {
+	dir, name := path.Split(path.Clean(p))
+	parts := strings.Split(strings.TrimSuffix(dir, "/"), "/")
+	if len(parts) < 5 || !IsTargetName(name) {
+		return "", "", false
+	}
+	tail := parts[len(parts)-5:]
+	uid := tail[1]
+	if tail[0] != PodsDir || isolation.ValidName("pod uid", uid, maxComponentLen) != nil ||
+		path.Join(tail[1:]...) != HotplugDisksDir(uid)[len(PodsDir)+1:] {
+		return "", "", false
+	}
+	return uid, name, true
+}

@@ -86,3 +86,31 @@ func TestIsTargetName(t *testing.T) {
 		}
 	}
 }
+
+// TestHotplugTargetOf: a target path is read under any kubelet root, as
+// virt-handler spells it in its own view of the pods directory; anything
+// else, or an unsafe component, is not a target.
+func TestHotplugTargetOf(t *testing.T) {
+	const dir = "volumes/kubernetes.io~empty-dir/hotplug-disks"
+	for _, tc := range []struct {
+		path      string
+		uid, name string
+	}{
+		{"/var/lib/kubelet/pods/u1/" + dir + "/disk1.img", "u1", "disk1.img"},
+		{"/pods/u1/" + dir + "/blk", "u1", "blk"},
+		{"//var/lib/kubelet//pods/u1/" + dir + "/./dump", "u1", "dump"},
+		{"/var/lib/kubelet/pods/u1/" + dir, "", ""},
+		{"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/other/disk1.img", "", ""},
+		{"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/hotplug-disks/disk1.img", "", ""},
+		{"/var/lib/kubelet/pods/../" + dir + "/disk1.img", "", ""},
+		{"/var/lib/kubelet/pods/u1/" + dir + "/a\nb", "", ""},
+		{"pods/u1/" + dir + "/disk1.img", "u1", "disk1.img"},
+		{"u1/" + dir + "/disk1.img", "", ""},
+		{"", "", ""},
+	} {
+		uid, name, ok := HotplugTargetOf(tc.path)
+		if uid != tc.uid || name != tc.name || ok != (tc.uid != "") {
+			t.Errorf("HotplugTargetOf(%q) = %q, %q, %v; want %q, %q", tc.path, uid, name, ok, tc.uid, tc.name)
+		}
+	}
+}

@@ -57,6 +57,11 @@ type Config struct {
 	// (Linux ≥ 6.15), so that a foreign change to a target is repaired at
 	// once rather than at the next resync.
 	MountEvents bool
+	// HandlerStateDir is virt-handler's hotplug record directory in the
+	// host's namespace (kubevirt.HandlerStateDir); "" reads no record,
+	// and hpmount then removes what leaves the spec as if virt-handler
+	// kept none.
+	HandlerStateDir string
 }
 
 // GrowPolicy is what Grow may change.
@@ -83,9 +88,11 @@ func DefaultConfig() Config {
 		UID:         107,
 		GID:         107,
 		MountEvents: true,
-		Grow:        GrowPolicy{Filesystems: true},
-		CallTimeout: 30 * time.Second,
-		GrowTimeout: 10 * time.Minute,
+		// Read in the host's namespace: /var/run is the host's link.
+		HandlerStateDir: kubevirt.HandlerStateDir,
+		Grow:            GrowPolicy{Filesystems: true},
+		CallTimeout:     30 * time.Second,
+		GrowTimeout:     10 * time.Minute,
 	}
 }
 
@@ -106,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if c.CallTimeout < 0 || c.GrowTimeout < 0 {
 		errs = append(errs, fmt.Errorf("call timeout %s and grow timeout %s must not be negative", c.CallTimeout, c.GrowTimeout))
+	}
+	if c.HandlerStateDir != "" && !filepath.IsAbs(c.HandlerStateDir) {
+		errs = append(errs, fmt.Errorf("virt-handler state directory %q is not an absolute path", c.HandlerStateDir))
 	}
 	if c.UID < 0 || c.GID < 0 {
 		errs = append(errs, fmt.Errorf("qemu uid/gid %d/%d must not be negative", c.UID, c.GID))

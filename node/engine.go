@@ -60,6 +60,8 @@ type Engine struct {
 	noStatmount error
 	// mountEvents lets WatchMounts run (mountevents.go).
 	mountEvents bool
+	// handlerDir is virt-handler's record directory ("" reads none).
+	handlerDir string
 	// gateMu guards the last propagation verdict.
 	gateMu  sync.Mutex
 	gateAt  time.Time
@@ -108,7 +110,7 @@ func New(c Config) (*Engine, error) {
 	}
 	return &Engine{
 		ns: ns, lookers: lookers, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
-		createImages: c.CreateDiskImages, mountEvents: c.MountEvents, callTimeout: c.CallTimeout,
+		createImages: c.CreateDiskImages, mountEvents: c.MountEvents, callTimeout: c.CallTimeout, handlerDir: c.HandlerStateDir,
 		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
 		attacher: &attacher,
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,

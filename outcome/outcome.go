@@ -52,12 +52,16 @@ const (
 	// syscall stuck in the kernel) and was left behind; its effect is
 	// unknown until the node is looked at again.
 	Abandoned Result = "abandoned"
+	// LeftToHandler: a detach left undone because virt-handler's record
+	// names the target, which virt-handler removes itself once the volume
+	// leaves the VMI's volumeStatus; nothing was touched.
+	LeftToHandler Result = "left-to-virt-handler"
 	// Error: the operation failed; it is retried.
 	Error Result = "error"
 )
 
 // Results lists every Result.
-var Results = []Result{Unchanged, Mounted, Created, Replaced, Removed, Grown, NotPublished, Refused, Abandoned, Error}
+var Results = []Result{Unchanged, Mounted, Created, Replaced, Removed, Grown, NotPublished, Refused, Abandoned, LeftToHandler, Error}
 
 // Changed reports whether r made a change on the node.
 func (r Result) Changed() bool {

@@ -50,6 +50,7 @@ func newAgentCommand() *cobra.Command {
 	f.BoolVar(&nc.CreateDiskImages, strings.TrimPrefix(node.CreateDiskImagesFlag, "--"), nc.CreateDiskImages, "create a filesystem-mode PVC's missing disk.img (never imported, kubevirt#14491): exclusively, sparse, 107:107, (1 - filesystemOverhead) x min(capacity, free), MiB-aligned; never touches an existing file")
 	f.BoolVar(&nc.Grow.DiskImages, "expand-disk-images", nc.Grow.DiskImages, "also grow disk.img to KubeVirt's usable size for the claim: (1 - filesystemOverhead) x min(capacity, free + allocated), MiB-aligned; never shrinks")
 	f.BoolVar(&nc.MountEvents, "mount-events", nc.MountEvents, "repair a foreign change to a target as soon as the kernel reports it (fanotify mount events, Linux >= 6.15); off or unsupported, it is repaired at the next resync")
+	f.StringVar(&nc.HandlerStateDir, "kubevirt-state-dir", nc.HandlerStateDir, "virt-handler's hotplug record directory on the host, read only: a target its record names is left to virt-handler to remove; empty reads none")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "how often every VMI is reconciled without an API change")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "reconcile workers")
 	f.DurationVar(&nc.CallTimeout, "call-timeout", nc.CallTimeout, "deadline of one call in the host mount namespace; a call past it is abandoned and reported (HotplugStuck) while the others go on")

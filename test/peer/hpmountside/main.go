@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -49,6 +50,14 @@ type Request struct {
 	// and before it acts, so that a test can change the node between.
 	Pause   string                `json:"pause"`
 	Volumes []agent.DesiredVolume `json:"volumes"`
+	// VMI is the VMI's UID: op sync leaves what virt-handler's record
+	// of it in HandlerStateDir names to virt-handler, as the agent's plan
+	// does (agent.HandlerRecord.Leaves) while the launcher's pod is there.
+	VMI             types.UID `json:"vmi"`
+	HandlerStateDir string    `json:"handlerStateDir"`
+	// PodsGone are launchers whose pod is deleted: nothing in them is
+	// left to virt-handler.
+	PodsGone []types.UID `json:"podsGone"`
 }
 
 // Result is one volume's outcome.
@@ -79,7 +88,7 @@ func run() error {
 	if cfg.CgroupMode == "" {
 		cfg.CgroupMode = blockdev.CgroupV1
 	}
-	cfg.LauncherDir = req.LauncherDir
+	cfg.LauncherDir, cfg.HandlerStateDir = req.LauncherDir, req.HandlerStateDir
 	e, err := node.New(cfg)
 	if err != nil {
 		return err
@@ -97,7 +106,7 @@ func run() error {
 		return waitFIFO(req.Pause)
 	}
 	if req.Op == "sync" {
-		out, err := syncAll(ctx, e, snap, req.Volumes, req.Launchers, pause)
+		out, err := syncAll(ctx, e, snap, req, pause)
 		if err != nil {
 			return err
 		}
@@ -164,12 +173,14 @@ func detach(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []age
 	return out, nil
 }
 
-// syncAll is one pass of the agent over vols' launchers and launchers:
-// it observes each launcher, attaches every desired volume that is not
-// observed healthy (as the agent's plan does: a healthy one is left
-// alone), then detaches every observed volume that is not desired. The
-// detach pass takes a fresh snapshot, as the agent's next pass would.
-func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume, launchers []types.UID, pause func() error) ([]Result, error) {
+// syncAll is one pass of the agent over the request's volumes' launchers
+// and its Launchers: it observes each launcher, attaches every desired
+// volume that is not observed healthy (as the agent's plan does: a
+// healthy one is left alone), then detaches every observed volume that is
+// not desired and not virt-handler's to remove. The detach pass takes a
+// fresh snapshot, as the agent's next pass would.
+func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, req Request, pause func() error) ([]Result, error) {
+	vols, launchers := req.Volumes, req.Launchers
 	var out []Result
 	want := map[types.UID]map[string]bool{}
 	for _, l := range launchers {
@@ -212,6 +223,10 @@ func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []ag
 	if err != nil {
 		return nil, err
 	}
+	rec, err := e.HandlerRecord(ctx, req.VMI)
+	if err != nil {
+		return nil, err
+	}
 	for l, names := range want {
 		observed, err := e.Observe(ctx, snap, l)
 		if err != nil {
@@ -219,6 +234,10 @@ func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []ag
 		}
 		for _, o := range observed {
 			if names[o.Name] {
+				continue
+			}
+			if rec.Leaves(l, o.Name) && !slices.Contains(req.PodsGone, l) {
+				out = append(out, Result{Name: o.Name, Outcome: "detach " + string(outcome.LeftToHandler)})
 				continue
 			}
 			r, err := e.Detach(ctx, snap, l, o)

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,12 +46,40 @@ type coStep struct {
 	check func(t *testing.T, n *coNode)
 }
 
-// Orders of one step: which mounter syncs first, or both at once.
+// Orders of one step: which mounter syncs first, one inside the other's
+// check-then-act, or both at once.
 const (
 	kubevirtFirst = "kubevirt-first"
 	hpmountFirst  = "hpmount-first"
-	concurrent    = "concurrent"
+	// hpmountInside: hpmount's whole pass runs where virt-handler has
+	// looked at a target and not yet mounted or unmounted it (the first
+	// such virt-chroot call of its sync waits: kubeVirtPaused).
+	hpmountInside = "hpmount-inside"
+	// kubevirtInside: virt-handler's whole sync runs where hpmount has
+	// looked at the node and not yet acted (hpmountPaused).
+	kubevirtInside = "kubevirt-inside"
+	// concurrent starts both at once, virt-handler after a seeded delay:
+	// which interleaving it gets depends on timing, so only make
+	// peer-soak runs it (HPMOUNT_PEER_CONCURRENT=1).
+	concurrent = "concurrent"
 )
+
+// interleaved reports whether order runs one mounter within the other's
+// pass, where both may find a target empty and both bind it.
+func interleaved(order string) bool {
+	return order == hpmountInside || order == kubevirtInside || order == concurrent
+}
+
+// matrixOrders are the orders TestCoexistenceMatrix runs, and those its
+// seeded mode draws from: the four that do not depend on timing, and
+// with HPMOUNT_PEER_CONCURRENT=1 also both at once.
+func matrixOrders() []string {
+	orders := []string{kubevirtFirst, hpmountFirst, hpmountInside, kubevirtInside}
+	if os.Getenv("HPMOUNT_PEER_CONCURRENT") == "1" {
+		orders = append(orders, concurrent)
+	}
+	return orders
+}
 
 // coRow is one measured cell of the matrix.
 type coRow struct {
@@ -66,9 +95,11 @@ type coRow struct {
 // engine through one VMI's life on one node: hotplug, unplug, attachment
 // pod replacement, resize after it, virt-handler restarting, a migration
 // to a launcher on the same node and its end, and the VMI's deletion.
-// Each subtest is one interleaving: KubeVirt first at every step, hpmount
-// first, both at once, and per step a seeded choice of the three
-// (HPMOUNT_PEER_SEED replays it). After each step the node holds exactly
+// Each subtest is one order at every step (matrixOrders: each mounter
+// first, each inside the other's check-then-act, forced by a seam, and
+// under make peer-soak both at once), and a seeded choice per step
+// (HPMOUNT_PEER_SEED replays it). Without the concurrent order no verdict
+// depends on timing. After each step the node holds exactly
 // the spec, with one mount per target, the marker written through the
 // launcher before the step reads back through every launcher after it,
 // the node's table changed by exactly the step's mounts, and a second
@@ -84,7 +115,8 @@ func TestCoexistenceMatrix(t *testing.T) {
 	t.Logf("seed %d; replay with HPMOUNT_PEER_SEED=%d", seed, seed)
 	rng := rand.New(rand.NewSource(seed))
 	var rows []coRow
-	for _, mode := range []string{kubevirtFirst, hpmountFirst, concurrent, "seeded"} {
+	orders := matrixOrders()
+	for _, mode := range append(slices.Clone(orders), "seeded") {
 		t.Run(mode, func(t *testing.T) {
 			n := newCoNode(t, "m"+mode[:2], []peerVolume{
 				{name: "fs", mode: kubevirt.Filesystem, fstype: "xfs"},
@@ -96,7 +128,7 @@ func TestCoexistenceMatrix(t *testing.T) {
 			for _, st := range matrixSteps() {
 				order := mode
 				if mode == "seeded" {
-					order = []string{kubevirtFirst, hpmountFirst, concurrent}[rng.Intn(3)]
+					order = orders[rng.Intn(len(orders))]
 				}
 				row := runCoStep(t, n, st, order)
 				row.order = mode + "/" + order
@@ -228,7 +260,7 @@ func runCoStep(t *testing.T, n *coNode, st coStep, order string) coRow {
 	// tests a second race, not the repair. KubeVirt goes first, so that
 	// hpmount's pass is the one to clean up after it.
 	next := order
-	if order == concurrent {
+	if interleaved(order) {
 		next = kubevirtFirst
 	}
 	var findings []string
@@ -240,10 +272,10 @@ func runCoStep(t *testing.T, n *coNode, st coStep, order string) coRow {
 	}
 	if len(bad) > 0 || row.churn != st.mounts {
 		findings = append(findings, bad...)
-		if order != concurrent {
+		if !interleaved(order) {
 			t.Errorf("%s, %s: %s", st.name, order, strings.Join(findings, "; "))
 		}
-		// Both at once may both find the target empty and both bind:
+		// One inside the other may find the target empty and both bind:
 		// hpmount's next pass must repair it.
 		row.outcome = "repaired by the next pass"
 		syscalls0 := n.hpSyscalls
@@ -296,7 +328,7 @@ func runCoStep(t *testing.T, n *coNode, st coStep, order string) coRow {
 		// hpmount's look and its bind. hpmount judges it at once, and
 		// leaves it to its next pass (checked above to end at the
 		// spec) only when the same call loses that race twice.
-		if order == concurrent && (strings.Contains(e, mount.ErrTargetChanged.Error()) || strings.Contains(e, mount.ErrLandedOnAnother.Error())) {
+		if interleaved(order) && (strings.Contains(e, mount.ErrTargetChanged.Error()) || strings.Contains(e, mount.ErrLandedOnAnother.Error())) {
 			raced++
 		}
 	}
@@ -310,6 +342,10 @@ func runCoStep(t *testing.T, n *coNode, st coStep, order string) coRow {
 		st.name, order, row.outcome, row.mountsPerTarget, row.dataIntact, row.churn, row.hpSyscalls, row.findings)
 	return row
 }
+
+// virtChrootMounts matches virt-chroot's mount and umount calls: the
+// acts of virt-handler's check-then-act on a file or directory target.
+const virtChrootMounts = " (mount -o|umount) "
 
 // knownCoFinding is true when KubeVirt's errors are only its Unmount
 // failing on a recorded target that hpmount removed first
@@ -373,6 +409,19 @@ func (n *coNode) both(t *testing.T, st coStep, order string) error {
 	case hpmountFirst:
 		hp()
 		return kv(n)
+	case hpmountInside:
+		paused, err := n.kubeVirtPaused(t, virtChrootMounts, func() error { return kv(n) }, hp)
+		if !paused {
+			hp() // virt-handler mounted and unmounted nothing
+		}
+		return err
+	case kubevirtInside:
+		var err error
+		n.hpmountPaused(t, ops[0], func() { err = kv(n) })
+		for _, op := range ops[1:] {
+			n.hpmountSync(t, op)
+		}
+		return err
 	}
 	// Both at once: KubeVirt's in-process call would otherwise finish
 	// before hpmount's process has started, so it starts a seeded 0-100

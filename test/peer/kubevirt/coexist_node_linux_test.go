@@ -50,8 +50,8 @@ type coNode struct {
 	all     []peerVolume
 	deleted bool
 	// gone are launchers that hold nothing desired (hpmount syncs them
-	// empty).
-	gone []types.UID
+	// empty); podsGone those whose pod is deleted too.
+	gone, podsGone []types.UID
 	// kvLog collects KubeVirt's log; hpErrs hpmount's errors.
 	kvLog  *lockedBuffer
 	hpErrs []string
@@ -162,7 +162,8 @@ func (n *coNode) hpmountSync(t *testing.T, op string) map[string]string {
 func (n *coNode) hpmountPaused(t *testing.T, op string, between func()) map[string]string {
 	t.Helper()
 	req := map[string]any{"op": op, "kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot,
-		"launcherDir": launcherView, "volumes": n.desired(), "launchers": n.gone}
+		"launcherDir": launcherView, "volumes": n.desired(), "launchers": n.gone,
+		"handlerStateDir": n.stateDir, "vmi": n.vmi().UID, "podsGone": n.podsGone}
 	fifo := filepath.Join(n.stateDir, "pause")
 	if between != nil {
 		_ = os.Remove(fifo)
@@ -435,4 +436,50 @@ func hpmountSideBin(t *testing.T) string {
 		t.Fatalf("build hpmountside: %v: %s", err, out)
 	}
 	return bin
+}
+
+// kubeVirtPaused runs kv (a sync of virt-handler) and, if it reaches a
+// virt-chroot call whose arguments match the extended regular expression
+// match, runs between while that
+// call waits: after virt-handler's own look at the target and before its
+// mount or umount (virtChrootSeam). It reports whether between ran; kv's
+// error is returned either way.
+func (n *coNode) kubeVirtPaused(t *testing.T, match string, kv func() error, between func()) (bool, error) {
+	t.Helper()
+	must(t, os.MkdirAll(filepath.Dir(seamPrefix), 0o755))
+	for _, f := range []string{".arrive", ".proceed"} {
+		_ = os.Remove(seamPrefix + f)
+		must(t, unix.Mkfifo(seamPrefix+f, 0o600))
+	}
+	must(t, os.WriteFile(seamPrefix+".match", []byte(match), 0o600))
+	defer func() {
+		for _, f := range []string{".match", ".arrive", ".proceed"} {
+			_ = os.Remove(seamPrefix + f)
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- kv() }()
+	arrived := make(chan string, 1)
+	go func() {
+		// Opening the FIFO returns once a writer opened it: the seam,
+		// or the test itself when kv ended without reaching it.
+		b, _ := os.ReadFile(seamPrefix + ".arrive")
+		arrived <- strings.TrimSpace(string(b))
+	}()
+	release := func(fifo string) {
+		w, err := os.OpenFile(seamPrefix+fifo, os.O_WRONLY, 0)
+		must(t, err)
+		must(t, w.Close())
+	}
+	select {
+	case call := <-arrived:
+		t.Logf("virt-handler paused before virt-chroot %s", call)
+		between()
+		release(".proceed")
+		return true, <-done
+	case err := <-done:
+		release(".arrive")
+		<-arrived
+		return false, err
+	}
 }

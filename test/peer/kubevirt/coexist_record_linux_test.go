@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -39,74 +42,71 @@ func (n *coNode) kvRecord(t *testing.T) string {
 	return string(b)
 }
 
-// TestCoexistenceUnplugRecordedTarget: KubeVirt bound a volume (its record
-// file names the target); the volume leaves the spec and hpmount's pass
-// detaches it before virt-handler's sync. virt-handler's Unmount then
-// opens every recorded target before it looks at any, fails on the gone
-// one with ENOENT, returns before it rewrites the record, and so fails
-// the same way on every later sync of the VMI, until the VMI is deleted
-// (UnmountAll skips a gone target). The node itself is right: hpmount
-// removed what left the spec, and the volume that stays is untouched.
-// With KubeVirt's sync first (the other subtest) nothing fails. On a live
-// VMI, an empty regular file at each gone recorded target lets
-// virt-handler's next Unmount through (it drops the entry), after which
-// the files can go.
+// TestCoexistenceUnplugRecordedTarget: KubeVirt bound the volumes (its
+// record file names the targets) and ext and blk leave the spec. hpmount
+// leaves a target virt-handler's record names to virt-handler
+// (left-to-virt-handler), in either order, so virt-handler's Unmount finds
+// every recorded target and removes them without an error. Before that
+// rule, hpmount going first made virt-handler's Unmount fail on the gone
+// target (ENOENT) at every sync of the VMI until it was deleted.
+//   - stuck: the record also names a target that is gone (virt-handler
+//     bound it, then someone removed it, as kubevirt#16532's duplicate
+//     entries do): virt-handler's Unmount fails at every sync whatever
+//     hpmount does, so nothing is left to it and hpmount removes ext and
+//     blk itself.
 func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 	testutil.RequiresRoot(t)
-	for _, hpmountDetachesFirst := range []bool{true, false} {
-		name := "kubevirt-unmounts-first"
-		if hpmountDetachesFirst {
-			name = "hpmount-detaches-first"
-		}
-		t.Run(name, func(t *testing.T) {
-			n := newCoNode(t, "ur"+name[:1], recordVolumes())
+	for _, c := range []struct {
+		name         string
+		hpmountFirst bool
+		stuck        bool
+	}{
+		{name: "hpmount-first", hpmountFirst: true},
+		{name: "kubevirt-first"},
+		{name: "stuck", hpmountFirst: true, stuck: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newCoNode(t, "ur"+c.name[:1], append(recordVolumes(), peerVolume{name: "gone", mode: kubevirt.Filesystem, fstype: "ext4"}))
 			must(t, n.kubeVirtSync())
 			n.hpmountSync(t, "sync")
 			t.Logf("KubeVirt's record after the hotplug: %s", n.kvRecord(t))
+			if c.stuck {
+				// The recorded target of "gone" disappears behind
+				// virt-handler's back, and the volume with it.
+				p := targetPath(n.launcher, n.volume("gone"))
+				must(t, unix.Unmount(p, unix.MNT_DETACH))
+				must(t, os.Remove(p))
+			}
 			n.unplugExtBlk()
 			var kvErrs []error
+			var left []string
 			for pass := range 3 {
-				if hpmountDetachesFirst || pass > 0 {
-					n.hpmountSync(t, "sync")
+				if c.hpmountFirst || pass > 0 {
+					left = append(left, leftToHandler(n.hpmountSync(t, "sync"))...)
 				}
 				kvErrs = append(kvErrs, n.kubeVirtSync())
-				if !hpmountDetachesFirst && pass == 0 {
-					n.hpmountSync(t, "sync")
+				if !c.hpmountFirst && pass == 0 {
+					left = append(left, leftToHandler(n.hpmountSync(t, "sync"))...)
 				}
 			}
-			t.Logf("KubeVirt's Unmount on 3 syncs: %v", kvErrs)
-			t.Logf("KubeVirt's record after them: %s", n.kvRecord(t))
+			t.Logf("KubeVirt's Unmount on 3 syncs: %v; hpmount left to virt-handler: %v; record after them: %s", kvErrs, left, n.kvRecord(t))
 			if _, bad := n.checkSpec(t); len(bad) > 0 {
 				t.Errorf("the node after the unplug: %s", strings.Join(bad, "; "))
 			}
+			wantLeft := []string{"blk", "ext"}
+			if !c.hpmountFirst || c.stuck {
+				wantLeft = nil
+			}
+			if !slices.Equal(left, wantLeft) {
+				t.Errorf("hpmount left %v to virt-handler, want %v", left, wantLeft)
+			}
 			for i, err := range kvErrs {
-				endless := hpmountDetachesFirst && err != nil && errors.Is(err, os.ErrNotExist) && strings.HasPrefix(err.Error(), "Unmount: ")
-				if endless != hpmountDetachesFirst {
-					t.Errorf("KubeVirt's sync %d: %v; want it to fail on the gone target: %v", i, err, hpmountDetachesFirst)
+				stuck := err != nil && errors.Is(err, os.ErrNotExist) && strings.HasPrefix(err.Error(), "Unmount: ")
+				if err != nil && !stuck || stuck != c.stuck {
+					t.Errorf("KubeVirt's sync %d: %v; want it failing on the gone target: %v", i, err, c.stuck)
 				}
 			}
-			if hpmountDetachesFirst {
-				// The way out on a live VMI: an empty regular file at
-				// each recorded target that is gone. virt-handler's
-				// next Unmount finds it unmounted, drops it from its
-				// record and succeeds; the files are then removed.
-				var made []string
-				for _, v := range []string{"ext", "blk"} {
-					p := targetPath(n.launcher, n.volume(v))
-					must(t, os.WriteFile(p, nil, 0o600))
-					made = append(made, p)
-				}
-				err := n.kubeVirtSync()
-				t.Logf("KubeVirt's sync with empty files at the gone targets: %v; record %s", err, n.kvRecord(t))
-				if err != nil || strings.Contains(n.kvRecord(t), "ext.img") {
-					t.Errorf("the empty files did not let KubeVirt's Unmount through: %v", err)
-				}
-				for _, p := range made {
-					must(t, os.Remove(p))
-				}
-				must(t, n.kubeVirtSync())
-			}
-			// The VMI is deleted: UnmountAll skips the gone target and
+			// The VMI is deleted: UnmountAll skips a gone target and
 			// drops the record; hpmount removes the rest.
 			must(t, n.kvMounter.UnmountAll(n.vmiNow(), n.kvCgroup))
 			n.gone, n.deleted = append(n.gone, n.launcher), true
@@ -121,34 +121,50 @@ func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 	}
 }
 
+// leftToHandler lists, sorted, the volumes a sync left to virt-handler.
+func leftToHandler(outcomes map[string]string) []string {
+	var out []string
+	for name, o := range outcomes {
+		if o == "detach left-to-virt-handler" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // TestCoexistenceCrashRecord: virt-handler crashes (a fresh VolumeMounter
 // on the same state directory is the restarted one) with its record file
 // naming targets it bound, and hpmount's passes go on meanwhile.
 //   - mount-still-there: nothing changed while it was down; the restarted
 //     virt-handler and hpmount both leave the node as it is, and when the
 //     volumes leave the spec the restarted one unmounts from its record.
-//   - mount-gone: the volumes left the spec while it was down and hpmount
-//     detached them; the restarted virt-handler's Unmount fails on the
-//     record's gone target at every sync (as in
-//     TestCoexistenceUnplugRecordedTarget).
+//   - unplugged-while-down: the volumes left the spec while it was down;
+//     hpmount leaves the recorded targets to it, and the restarted
+//     virt-handler removes them without an error (before hpmount read
+//     the record, it removed them and virt-handler's Unmount failed on
+//     the gone target at every sync).
 //   - launcher-gone: the launcher pod and its directory are gone too; the
 //     restarted virt-handler drops the record without an error.
 func TestCoexistenceCrashRecord(t *testing.T) {
 	testutil.RequiresRoot(t)
 	for i, c := range []struct {
-		name        string
-		whileDown   func(t *testing.T, n *coNode)
-		wantEndless bool
+		name      string
+		whileDown func(t *testing.T, n *coNode)
 	}{
 		{name: "mount-still-there", whileDown: func(t *testing.T, n *coNode) { n.hpmountSync(t, "sync") }},
-		{name: "mount-gone", wantEndless: true, whileDown: func(t *testing.T, n *coNode) {
+		{name: "unplugged-while-down", whileDown: func(t *testing.T, n *coNode) {
 			n.unplugExtBlk()
 			n.hpmountSync(t, "sync")
 		}},
 		{name: "launcher-gone", whileDown: func(t *testing.T, n *coNode) {
+			// The launcher's pod is deleted: nothing is left to
+			// virt-handler there, or the kubelet could not remove its
+			// directory.
 			n.gone, n.deleted = append(n.gone, n.launcher), true
-			n.hpmountSync(t, "sync")
 			n.launcherPod.stop()
+			n.podsGone = append(n.podsGone, n.launcher)
+			n.hpmountSync(t, "sync")
 			must(t, os.RemoveAll(filepath.Join(podsDir, string(n.launcher))))
 		}},
 	} {
@@ -167,9 +183,8 @@ func TestCoexistenceCrashRecord(t *testing.T) {
 			}
 			t.Logf("record before: %s; KubeVirt's syncs after the restart: %v; record after: %s", record, kvErrs, n.kvRecord(t))
 			for i, err := range kvErrs {
-				endless := err != nil && errors.Is(err, os.ErrNotExist)
-				if endless != c.wantEndless || err != nil && !endless {
-					t.Errorf("KubeVirt's sync %d after the restart: %v; want it to fail on a gone target: %v", i, err, c.wantEndless)
+				if err != nil {
+					t.Errorf("KubeVirt's sync %d after the restart: %v", i, err)
 				}
 			}
 			if !n.deleted {
