@@ -129,6 +129,21 @@ func (a *Attacher) settleFile(s steps, t *mountinfo.Table, src *source, dir *os.
 	switch {
 	case tg.mounted && sameSource(tg, src) && tg.depth <= 1:
 		return outcome.Unchanged, a.fixOwner(s, dir, file, tg)
+	case tg.mounted && sameSource(tg, src) && rightBeneath(t, tg, src):
+		// Two binds of the volume, one on the other: the peer bound
+		// between its look and ours, or we between its look and its
+		// bind. QEMU may already hold the volume through the top one,
+		// and may open it at any moment: only the top is unmounted (its
+		// holder keeps the same file), and the target never goes
+		// without the volume.
+		if _, err := peelTo(s, t, dir, uint64(tg.top.Parent), file); err != nil {
+			return "", err
+		}
+		r, err := a.settleFile(s, t, src, dir, dirID, file)
+		if r == outcome.Unchanged {
+			r = outcome.Replaced
+		}
+		return r, err
 	case tg.mounted:
 		if _, err := peel(s, t, dir, dirID, file); err != nil {
 			return "", err
@@ -319,6 +334,17 @@ func stackOn(t *mountinfo.Table, id, dirID uint64) (top *mountinfo.Info, depth i
 	return top, 0
 }
 
+// rightBeneath reports whether the table knows the mount beneath the
+// target's top one as a live bind of src's disk.img too (its device and
+// root), and that one is stacked on the directory or on more such binds.
+func rightBeneath(t *mountinfo.Table, tg target, src *source) bool {
+	if tg.top == nil || tg.depth < 2 || src.vol == nil || src.root == "" {
+		return false
+	}
+	b := t.ByID(tg.top.Parent)
+	return b != nil && !b.Deleted() && b.Major == src.vol.Major && b.Minor == src.vol.Minor && b.Root == src.root
+}
+
 // sameSource reports whether the mount on the target is a live bind of
 // src's disk.img: the same inode (still linked), and, where the table knows
 // both mounts, the same device and root and not deleted.
@@ -387,6 +413,12 @@ func createTarget(s steps, dir *os.File, file string) error {
 // longer reaches a mount point. That is not an error: peel looks again, and
 // fails only if the mount it aimed at is still the one on top.
 func peel(s steps, t *mountinfo.Table, dir *os.File, dirID uint64, file string) (int, error) {
+	return peelTo(s, t, dir, dirID, file)
+}
+
+// peelTo is peel that stops once a lookup of dir/file reaches the mount
+// keep (the directory's own mount, for peel).
+func peelTo(s steps, t *mountinfo.Table, dir *os.File, keep uint64, file string) (int, error) {
 	where := filepath.Join(dir.Name(), file)
 	byFd := isolation.FdPath(dir) + "/" + file
 	n := 0
@@ -403,7 +435,7 @@ func peel(s steps, t *mountinfo.Table, dir *os.File, dirID uint64, file string) 
 		}
 		id, err := isolation.MountID(f)
 		f.Close()
-		if err == nil && id == dirID {
+		if err == nil && id == keep {
 			return n, nil
 		}
 		if err := s.next("unmount"); err != nil {
