@@ -18,7 +18,9 @@
 //     call, so that the agent's decide and diag cannot take the steps in
 //     a different order;
 //   - Refusal and its reason codes, which are the reason label of
-//     hpmount_refusals_total and of diag's refused verdict.
+//     hpmount_refusals_total and of diag's refused verdict;
+//   - virt-handler's record of the targets it made for a VMI, decoded
+//     from a reader (ParseHandlerRecord); the node engine reads the file.
 //
 // The files follow one reconcile's path, so that it enters each only a
 // few times: vmi.go is the object model (VMI, its status, DecodeVMI);

@@ -26,7 +26,8 @@ func TestParseHandlerRecord(t *testing.T) {
 		{name: "captured", in: string(captured), want: []string{
 			"/kubelet/pods/urk-launcher/volumes/kubernetes.io~empty-dir/hotplug-disks/fs.img",
 			"/kubelet/pods/urk-launcher/volumes/kubernetes.io~empty-dir/hotplug-disks/ext.img",
-			"/kubelet/pods/urk-launcher/volumes/kubernetes.io~empty-dir/hotplug-disks/blk"}},
+			"/kubelet/pods/urk-launcher/volumes/kubernetes.io~empty-dir/hotplug-disks/blk",
+			"/kubelet/pods/urk-launcher/volumes/kubernetes.io~empty-dir/hotplug-disks/gone.img"}},
 		{name: "emptied", in: `{"mountTargetEntries":[],"usesSafePaths":true}`},
 		{name: "null entries", in: `{"mountTargetEntries":null}`},
 		{name: "a field of a later version", in: `{"mountTargetEntries":[{"targetFile":"/a","x":1}],"y":2}`, want: []string{"/a"}},

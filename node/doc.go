@@ -29,6 +29,9 @@
 //     table; every kubelet path through kubelet, with the kubelet
 //     root resolved once, in the host namespace, at New.
 //   - The agent's readiness gate (CheckPropagation) on that same root.
+//   - virt-handler's record of a VMI's targets (HandlerRecord, handler.go),
+//     read in the host's namespace and never written: which targets, by
+//     launcher and volume, and whether one it names is gone.
 //   - Mount changes as they happen (WatchMounts, agent.MountWatcher),
 //     through mountwatch on the host namespace and that same root, when
 //     Config.MountEvents allows and the kernel has mount notifications;

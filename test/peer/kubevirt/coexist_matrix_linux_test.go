@@ -116,9 +116,9 @@ func TestCoexistenceMatrix(t *testing.T) {
 	rng := rand.New(rand.NewSource(seed))
 	var rows []coRow
 	orders := matrixOrders()
-	for _, mode := range append(slices.Clone(orders), "seeded") {
+	for i, mode := range append(slices.Clone(orders), "seeded") {
 		t.Run(mode, func(t *testing.T) {
-			n := newCoNode(t, "m"+mode[:2], []peerVolume{
+			n := newCoNode(t, fmt.Sprintf("m%d", i), []peerVolume{
 				{name: "fs", mode: kubevirt.Filesystem, fstype: "xfs"},
 				{name: "ext", mode: kubevirt.Filesystem, fstype: "ext4"},
 				{name: "blk", mode: kubevirt.Block},

@@ -43,7 +43,7 @@ func (n *coNode) kvRecord(t *testing.T) string {
 }
 
 // TestCoexistenceUnplugRecordedTarget: KubeVirt bound the volumes (its
-// record file names the targets) and ext and blk leave the spec. hpmount
+// record file names the targets) and ext, blk and gone leave the spec. hpmount
 // leaves a target virt-handler's record names to virt-handler
 // (left-to-virt-handler), in either order, so virt-handler's Unmount finds
 // every recorded target and removes them without an error. Before that
@@ -93,7 +93,7 @@ func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 			if _, bad := n.checkSpec(t); len(bad) > 0 {
 				t.Errorf("the node after the unplug: %s", strings.Join(bad, "; "))
 			}
-			wantLeft := []string{"blk", "ext"}
+			wantLeft := []string{"blk", "ext", "gone"}
 			if !c.hpmountFirst || c.stuck {
 				wantLeft = nil
 			}
