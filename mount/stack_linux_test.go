@@ -4,14 +4,19 @@
 package mount
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/test/qemu"
 )
 
 // TestAttachKeepsTheBindBeneath: two binds of the volume's disk.img on one
@@ -65,5 +70,51 @@ func TestAttachKeepsTheBindBeneath(t *testing.T) {
 	}
 	if res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "two.img"); err != nil || res != outcome.Unchanged {
 		t.Fatalf("attach again: %v %v, want %v", res, err, outcome.Unchanged)
+	}
+}
+
+// TestAttachKeepsQEMUsDisk is TestAttachKeepsTheBindBeneath with a real
+// QEMU, as 107, holding the volume through the top of the two binds (it
+// opened the target while virt-handler's bind was on top). Across the
+// repair its disk goes on reading and writing disk.img on the volume, and
+// the target, opened afresh, is that same file.
+func TestAttachKeepsQEMUsDisk(t *testing.T) {
+	n := newNode(t, "ext4")
+	disk, target := n.path(hpVolDir, "disk.img"), n.path(launchDir, "qemu.img")
+	must(t, os.Chown(disk, 107, 107))
+	// QEMU's user walks to the target as the launcher's would.
+	for _, d := range []string{filepath.Dir(n.base), n.base} {
+		must(t, os.Chmod(d, 0o755))
+	}
+	must(t, os.WriteFile(target, nil, 0o600))
+	must(t, unix.Mount(disk, target, "", unix.MS_BIND, ""))
+	must(t, unix.Mount("", target, "", unix.MS_PRIVATE, ""))
+	must(t, unix.Mount(disk, target, "", unix.MS_BIND, ""))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	q, err := qemu.Start(ctx, qemu.Options{RootPorts: 1, UID: 107, GID: 107})
+	must(t, err)
+	defer q.Kill()
+	must(t, q.BlockdevAdd(ctx, "vol", qemu.File{Path: target, Direct: true}))
+	must(t, q.DeviceAdd(ctx, "disk-vol", "vol", "rp1"))
+	must(t, q.WritePattern(ctx, "disk-vol", 0x5a, 0, 1<<20))
+
+	if res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "qemu.img"); err != nil || res != outcome.Replaced {
+		t.Fatalf("attach: %v %v, want %v; qemu: %s", res, err, outcome.Replaced, q.Stderr())
+	}
+	n.wantSingleBind(t, "qemu")
+	must(t, q.WritePattern(ctx, "disk-vol", 0x5b, 1<<20, 1<<20))
+	must(t, q.ReadPattern(ctx, "disk-vol", 0x5a, 0, 1<<20))
+	for _, path := range []string{disk, target} {
+		b := make([]byte, 2<<20)
+		f, err := os.Open(path)
+		must(t, err)
+		_, err = f.ReadAt(b, 0)
+		f.Close()
+		must(t, err)
+		if !bytes.Equal(b[:1<<20], bytes.Repeat([]byte{0x5a}, 1<<20)) || !bytes.Equal(b[1<<20:], bytes.Repeat([]byte{0x5b}, 1<<20)) {
+			t.Fatalf("%s does not hold what QEMU wrote before and after the repair", path)
+		}
 	}
 }
