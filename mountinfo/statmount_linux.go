@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -237,18 +238,35 @@ func listmount(id uint64) ([]uint64, error) {
 	}
 }
 
-// statMask is the request mask this kernel answers, found once: the
-// required bits and the optional ones it reported for the root mount.
+// statMask is the request mask this kernel answers: the required bits and
+// the optional ones it reported for the root mount, 0 until a probe
+// answered. Only an answer is kept: a probe that failed once (a transient
+// error) is asked again by the next call, or every later read of the
+// process would fail with it.
 var statMask struct {
-	sync.Once
-	mask uint64
-	err  error
+	sync.Mutex
+	mask atomic.Uint64
 }
+
+// probeMask is probe; tests replace it to fail on demand.
+var probeMask = probe
 
 // mask is the request mask to use.
 func mask() (uint64, error) {
-	statMask.Do(func() { statMask.mask, statMask.err = probe() })
-	return statMask.mask, statMask.err
+	if m := statMask.mask.Load(); m != 0 {
+		return m, nil
+	}
+	statMask.Lock()
+	defer statMask.Unlock()
+	if m := statMask.mask.Load(); m != 0 {
+		return m, nil
+	}
+	m, err := probeMask()
+	if err != nil {
+		return 0, err
+	}
+	statMask.mask.Store(m)
+	return m, nil
 }
 
 func checkStatmount() error {
