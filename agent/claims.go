@@ -36,8 +36,12 @@ import (
 // old one had to end first. The cache therefore remembers, per claim, the
 // attachment pods it was read for, and reads it again when a VMI names it
 // through an attachment pod it was not read for. A claim that is not
-// bound, not found, or being deleted is not remembered: it is read again
-// on every pass that needs it. What brings such a pass is what brought a
+// bound or being deleted is not remembered: it is read again on every pass
+// that needs it. One that is not found is not asked for again for a while,
+// for the same attachment pods (absentFirst): a ready attachment pod
+// carries every claim it names, so it is a VMI naming claims that do not
+// exist, and what it names must not cost the node a read per claim and
+// pass. What brings such a pass is what brought a
 // claim's update before, without a watch of claims: virt-controller writes
 // an attachment pod's UID into the volume's status only once the pod's
 // container is ready (updateVolumeStatus in pkg/virt-controller/watch/vmi),
@@ -69,6 +73,11 @@ const (
 	fillPage = 500
 	// claimReadTimeout bounds one read of a claim on the reconcile path.
 	claimReadTimeout = 10 * time.Second
+	// absentFirst and absentMax bound how long a claim found missing for
+	// an attachment pod is not asked for again: the wait doubles from the
+	// first to the most while the claim stays missing.
+	absentFirst = 5 * time.Second
+	absentMax   = 5 * time.Minute
 )
 
 // claimEntry is what the cache remembers of one bound claim.
@@ -79,6 +88,16 @@ type claimEntry struct {
 	pods map[types.UID]bool
 }
 
+// absentEntry is what the cache remembers of a claim the API server said
+// does not exist: for which attachment pods, and until when it is not
+// asked for again.
+type absentEntry struct {
+	pods        map[types.UID]bool
+	until       time.Time
+	wait        time.Duration
+	notFoundErr error
+}
+
 // claimCache maps the claims the node's VMIs name to their bound PVs,
 // read from the API server by name (see above).
 type claimCache struct {
@@ -87,6 +106,11 @@ type claimCache struct {
 
 	mu      sync.Mutex
 	entries map[string]*claimEntry // by namespace/name
+	// absent are the claims found missing (see absentFirst): an
+	// attachment pod carries every claim it names once it is ready, so
+	// one that does not exist is a VMI naming claims that are not there,
+	// and must not cost a read on every pass.
+	absent map[string]*absentEntry
 	// sized is when each namespace was last sized for a list; missed
 	// counts its claims found missing since.
 	sized  map[string]time.Time
@@ -96,7 +120,7 @@ type claimCache struct {
 }
 
 func newClaimCache(kube kubernetes.Interface) *claimCache {
-	return &claimCache{kube: kube, now: time.Now, entries: map[string]*claimEntry{},
+	return &claimCache{kube: kube, now: time.Now, entries: map[string]*claimEntry{}, absent: map[string]*absentEntry{},
 		sized: map[string]time.Time{}, missed: map[string]int{}, filling: map[string]chan struct{}{}}
 }
 
@@ -132,7 +156,7 @@ func (c *claimCache) read(ctx context.Context, ns, name string, pods []types.UID
 	switch {
 	case apierrors.IsNotFound(err):
 		c.forget(ns + "/" + name)
-		return claimResult{err: fmt.Errorf("persistentvolumeclaim %s/%s not found", ns, name)}
+		return c.missing(ns+"/"+name, pods)
 	case err != nil:
 		return claimResult{err: fmt.Errorf("get persistentvolumeclaim %s/%s: %w", ns, name, err)}
 	}
@@ -142,6 +166,9 @@ func (c *claimCache) read(ctx context.Context, ns, name string, pods []types.UID
 // keep remembers pvc as read for pods and returns its PV.
 func (c *claimCache) keep(pvc *corev1.PersistentVolumeClaim, pods []types.UID) claimResult {
 	key := pvc.Namespace + "/" + pvc.Name
+	c.mu.Lock()
+	delete(c.absent, key) // it exists now
+	c.mu.Unlock()
 	if pvc.Spec.VolumeName == "" {
 		c.forget(key)
 		return claimResult{err: fmt.Errorf("persistentvolumeclaim %s is not bound", key)}
@@ -170,6 +197,41 @@ func (c *claimCache) forget(key string) {
 	delete(c.entries, key)
 }
 
+// missing remembers that the claim of key was not found for pods, and
+// doubles the wait before it is asked for again.
+func (c *claimCache) missing(key string, pods []types.UID) claimResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.absent[key]
+	if !ok {
+		e = &absentEntry{pods: map[types.UID]bool{}, notFoundErr: fmt.Errorf("persistentvolumeclaim %s not found", key)}
+		c.absent[key] = e
+	}
+	e.wait = min(max(2*e.wait, absentFirst), absentMax)
+	e.until = c.now().Add(e.wait)
+	for _, p := range pods {
+		e.pods[p] = true
+	}
+	return claimResult{err: e.notFoundErr}
+}
+
+// stillMissing returns the not-found result of a claim found missing for
+// every pod of pods whose wait has not run out.
+func (c *claimCache) stillMissing(ns, name string, pods []types.UID) (claimResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.absent[ns+"/"+name]
+	if !ok || !c.now().Before(e.until) {
+		return claimResult{}, false
+	}
+	for _, p := range pods {
+		if !e.pods[p] {
+			return claimResult{}, false
+		}
+	}
+	return claimResult{err: e.notFoundErr}, true
+}
+
 // len is how many claims the cache holds.
 func (c *claimCache) len() int {
 	c.mu.Lock()
@@ -191,6 +253,11 @@ func (c *claimCache) prune(named func(key string) bool, podExists func(types.UID
 	for ns := range c.missed {
 		if _, ok := c.sized[ns]; !ok {
 			delete(c.missed, ns)
+		}
+	}
+	for key := range c.absent {
+		if !named(key) {
+			delete(c.absent, key)
 		}
 	}
 	for key, e := range c.entries {
@@ -259,13 +326,16 @@ func (c *claimCache) resolver(ctx context.Context, ns string, needs map[string][
 	}
 }
 
-// fromCache puts the claims of needs that the cache holds for their pods
-// into results and returns the others.
+// fromCache puts the claims of needs that the cache holds for their pods,
+// or found missing for them not long ago, into results and returns the
+// others.
 func (c *claimCache) fromCache(ns string, needs map[string][]types.UID, results map[string]claimResult) []string {
 	var missing []string
 	for claim, pods := range needs {
 		if pv, ok := c.cached(ns, claim, pods); ok {
 			results[claim] = claimResult{pv: pv}
+		} else if r, ok := c.stillMissing(ns, claim, pods); ok {
+			results[claim] = r
 		} else {
 			missing = append(missing, claim)
 		}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,7 +53,12 @@ func (ta *testAgent) claimCalls(verb string) int {
 }
 
 func TestClaimNeeds(t *testing.T) {
-	pods := kubevirt.PodMap{attachUID: attachmentPod(), kt.TargetAttachUID: attachmentPod()}
+	target := kt.TargetLauncher()
+	pods := kubevirt.PodMap{launcherUID: launcherPod(), attachUID: attachmentPod(),
+		target.UID: target, kt.TargetAttachUID: kt.TargetAttachmentPod(),
+		"stray-uid":        attachmentPod(func(p *corev1.Pod) { p.UID, p.OwnerReferences[0].UID = "stray-uid", "some-pod" }),
+		"other-vmi-attach": attachmentPod(func(p *corev1.Pod) { p.UID, p.OwnerReferences[0].UID = "other-vmi-attach", "other-launcher" }),
+		"other-launcher":   launcherPod(func(p *corev1.Pod) { p.UID, p.Labels[kubevirt.LabelCreatedBy] = "other-launcher", "other-vmi" })}
 	tests := []struct {
 		name string
 		vols []vol
@@ -64,6 +70,9 @@ func TestClaimNeeds(t *testing.T) {
 		{"attachment pod not on the node", []vol{{Name: "hp", Claim: "c1", AttachUID: "elsewhere"}}, nil,
 			map[string][]types.UID{}},
 		{"no attachment pod yet", []vol{{Name: "hp", Claim: "c1"}}, nil, map[string][]types.UID{}},
+		{"a pod no launcher controls", []vol{{Name: "hp", Claim: "c1", AttachUID: "stray-uid"}}, nil, map[string][]types.UID{}},
+		{"another VMI's attachment pod", []vol{{Name: "hp", Claim: "c1", AttachUID: "other-vmi-attach"}}, nil, map[string][]types.UID{}},
+		{"the launcher itself", []vol{{Name: "hp", Claim: "c1", AttachUID: launcherUID}}, nil, map[string][]types.UID{}},
 		{"two volumes of one claim", []vol{{Name: "a", Claim: "c1", AttachUID: attachUID}, {Name: "b", Claim: "c1", AttachUID: attachUID}}, nil,
 			map[string][]types.UID{"c1": {attachUID}}},
 		{"migration target's attachment pod", []vol{{Name: "hp", Claim: "c1", AttachUID: "source-attach"}},
@@ -261,5 +270,51 @@ func TestClaimBeingDeletedIsNotRemembered(t *testing.T) {
 	}
 	if got := ta.engine.changing(); !slices.Equal(got, []string{"attach hp Filesystem attach-uid/pv-1"}) {
 		t.Fatalf("calls = %v", got)
+	}
+}
+
+// TestClaimNotFoundIsNotReadEveryPass: a VMI whose ready attachment pod
+// names 50 claims that do not exist costs 50 GETs once, not on every pass;
+// they are asked for again only once their wait ran out, and the wait
+// doubles while they stay missing. A claim created meanwhile is read for
+// a new attachment pod at once.
+func TestClaimNotFoundIsNotReadEveryPass(t *testing.T) {
+	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
+	now := time.Now()
+	ta.claims.now = func() time.Time { return now }
+	var vols []vol
+	for i := range 50 {
+		vols = append(vols, vol{Name: fmt.Sprintf("v%d", i), Claim: fmt.Sprintf("missing-%d", i), AttachUID: attachUID})
+	}
+	ta.setVMI(t, vmiObject(vols...))
+	pass := func() int {
+		t.Helper()
+		before := ta.claimCalls("get") + ta.claimCalls("list")
+		_ = ta.reconcile(context.Background(), testKey)
+		return ta.claimCalls("get") + ta.claimCalls("list") - before
+	}
+	first := pass()
+	if first < 50 {
+		t.Fatalf("the first pass made %d claim requests, want a read of each of the 50", first)
+	}
+	for i := range 3 {
+		if n := pass(); n != 0 {
+			t.Fatalf("pass %d within the wait made %d claim requests, want 0", i+2, n)
+		}
+	}
+	now = now.Add(absentFirst)
+	if n := pass(); n < 50 {
+		t.Fatalf("the pass after the wait made %d claim requests, want the 50 asked again", n)
+	}
+	now = now.Add(absentFirst)
+	if n := pass(); n != 0 {
+		t.Fatalf("a pass within the doubled wait made %d claim requests, want 0", n)
+	}
+	// The claim appears, and a new attachment pod names it.
+	ta.setClaim(t, kt.PVC("missing-0", "pv-0"))
+	ta.addPods(t, attachmentPod(func(p *corev1.Pod) { p.UID = "attach-uid-2" }))
+	ta.setVMI(t, vmiObject(vol{Name: "v0", Claim: "missing-0", AttachUID: "attach-uid-2"}))
+	if err := ta.reconcile(context.Background(), testKey); err != nil {
+		t.Fatalf("reconcile once the claim exists: %v", err)
 	}
 }

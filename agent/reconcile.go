@@ -18,7 +18,7 @@ import (
 func (a *Agent) reconcile(ctx context.Context, key string) error {
 	start := time.Now()
 	pass := passReport{Key: key}
-	if w, err := a.readWorld(key, start); err != nil {
+	if w, err := a.readWorld(ctx, key, start); err != nil {
 		pass.Errs = []error{err}
 	} else {
 		d := decide(w)

@@ -45,8 +45,8 @@ type world struct {
 }
 
 // readWorld reads the caches, and the claims they lack, for one
-// reconcile of key.
-func (a *Agent) readWorld(key string, now time.Time) (world, error) {
+// reconcile of key. ctx ends the claims' reads when the agent stops.
+func (a *Agent) readWorld(ctx context.Context, key string, now time.Time) (world, error) {
 	if !a.synced.Load() {
 		return world{}, errors.New("informer caches not synced")
 	}
@@ -63,7 +63,7 @@ func (a *Agent) readWorld(key string, now time.Time) (world, error) {
 	}
 	if w.VMI != nil {
 		needs := kubevirt.ClaimPods(w.VMI, a)
-		w.Claims = a.claims.resolver(context.Background(), ns, needs, func() map[string][]types.UID { return a.namespaceNeeds(ns) })
+		w.Claims = a.claims.resolver(ctx, ns, needs, func() map[string][]types.UID { return a.namespaceNeeds(ns) })
 	}
 	a.mu.Lock()
 	if st, ok := a.states[key]; ok {

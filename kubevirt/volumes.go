@@ -247,16 +247,18 @@ func claimOf(spec string, st *VolumeStatus) string {
 
 // ClaimPods maps the claim of each hotplug volume of vmi to the attachment
 // pods that pods holds and that carry it: the one its volume status names
-// and the migration target's. A claim with no such pod yet is left out: no
-// volume of it can be attached. It is what a node needs to read of the
-// VMI's claims.
+// and the migration target's, each only if it is an attachment pod of one
+// of the VMI's launchers (OwnedAttachmentPod). A claim with no such pod
+// yet is left out: no volume of it can be attached. It is what a node
+// needs to read of the VMI's claims, so what the VMI's status names
+// without such a pod costs no read.
 func ClaimPods(vmi *VMI, pods PodLookup) map[string][]types.UID {
 	out := map[string][]types.UID{}
 	add := func(claim string, uid types.UID) {
 		if claim == "" || uid == "" || slices.Contains(out[claim], uid) {
 			return
 		}
-		if _, ok := pods.PodByUID(uid); ok {
+		if pod, ok := pods.PodByUID(uid); ok && OwnedAttachmentPod(vmi, pod, pods) {
 			out[claim] = append(out[claim], uid)
 		}
 	}
@@ -357,6 +359,20 @@ func (s *VolumeStatus) Mode() VolumeMode {
 		return Filesystem
 	}
 	return s.PersistentVolumeClaimInfo.Mode()
+}
+
+// OwnedAttachmentPod reports whether pod passes CheckAttachmentPod against
+// the pod that controls it, and that pod is one of the VMI's launchers
+// (CheckLauncher, on its own node): Place's checks of an attachment pod
+// without a launcher chosen yet, so that a pod the VMI's status names
+// costs nothing unless Place could accept it.
+func OwnedAttachmentPod(vmi *VMI, pod *corev1.Pod, pods PodLookup) bool {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return false
+	}
+	launcher, ok := pods.PodByUID(owner.UID)
+	return ok && CheckLauncher(vmi, launcher.Spec.NodeName, launcher) == nil && CheckAttachmentPod(launcher, pod) == nil
 }
 
 // CheckAttachmentPod verifies that pod belongs to launcher before any of
