@@ -176,9 +176,11 @@ type HandlerRecord struct {
 	// the volumes "v" and "v.img").
 	Volumes map[types.UID]map[string]bool
 	// Stuck names a recorded target that is gone, "" if none (or says
-	// why the record cannot be read). virt-handler's Unmount opens the
-	// recorded targets in turn and returns at one that is gone, before
-	// it rewrites its record, so it fails there at every sync and never
+	// why the record cannot be read), once the record has said so,
+	// unchanged, for a while: virt-handler's own Unmount removes targets
+	// one by one before it rewrites its record. It opens the recorded
+	// targets in turn and returns at one that is gone, before it
+	// rewrites its record, so it fails there at every sync and never
 	// removes the targets after it (kubevirt#16532): nothing is left to
 	// it then.
 	Stuck string

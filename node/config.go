@@ -62,6 +62,10 @@ type Config struct {
 	// and hpmount then removes what leaves the spec as if virt-handler
 	// kept none.
 	HandlerStateDir string
+	// HandlerStuckAfter is how long a record must name the same gone
+	// target, unchanged, before virt-handler counts as stuck on it and
+	// hpmount removes what it would have left to it (stuckMemo).
+	HandlerStuckAfter time.Duration
 }
 
 // GrowPolicy is what Grow may change.
@@ -89,10 +93,11 @@ func DefaultConfig() Config {
 		GID:         107,
 		MountEvents: true,
 		// Read in the host's namespace: /var/run is the host's link.
-		HandlerStateDir: kubevirt.HandlerStateDir,
-		Grow:            GrowPolicy{Filesystems: true},
-		CallTimeout:     30 * time.Second,
-		GrowTimeout:     10 * time.Minute,
+		HandlerStateDir:   kubevirt.HandlerStateDir,
+		HandlerStuckAfter: 2 * time.Minute,
+		Grow:              GrowPolicy{Filesystems: true},
+		CallTimeout:       30 * time.Second,
+		GrowTimeout:       10 * time.Minute,
 	}
 }
 

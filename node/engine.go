@@ -60,8 +60,10 @@ type Engine struct {
 	noStatmount error
 	// mountEvents lets WatchMounts run (mountevents.go).
 	mountEvents bool
-	// handlerDir is virt-handler's record directory ("" reads none).
+	// handlerDir is virt-handler's record directory ("" reads none);
+	// stuck tells a record it is stuck on from one it is working through.
 	handlerDir string
+	stuck      stuckMemo
 	// gateMu guards the last propagation verdict.
 	gateMu  sync.Mutex
 	gateAt  time.Time
@@ -111,6 +113,7 @@ func New(c Config) (*Engine, error) {
 	return &Engine{
 		ns: ns, lookers: lookers, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
 		createImages: c.CreateDiskImages, mountEvents: c.MountEvents, callTimeout: c.CallTimeout, handlerDir: c.HandlerStateDir,
+		stuck:    stuckMemo{after: c.HandlerStuckAfter},
 		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
 		attacher: &attacher,
 		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,

@@ -58,6 +58,10 @@ type Request struct {
 	// PodsGone are launchers whose pod is deleted: nothing in them is
 	// left to virt-handler.
 	PodsGone []types.UID `json:"podsGone"`
+	// StuckAtOnce takes a record naming a gone target for stuck at the
+	// first read (node.Config.HandlerStuckAfter 0): each hpmountside is
+	// a new process, which remembers no earlier read.
+	StuckAtOnce bool `json:"stuckAtOnce"`
 }
 
 // Result is one volume's outcome.
@@ -89,6 +93,9 @@ func run() error {
 		cfg.CgroupMode = blockdev.CgroupV1
 	}
 	cfg.LauncherDir, cfg.HandlerStateDir = req.LauncherDir, req.HandlerStateDir
+	if req.StuckAtOnce {
+		cfg.HandlerStuckAfter = 0
+	}
 	e, err := node.New(cfg)
 	if err != nil {
 		return err

@@ -52,6 +52,9 @@ type coNode struct {
 	// gone are launchers that hold nothing desired (hpmount syncs them
 	// empty); podsGone those whose pod is deleted too.
 	gone, podsGone []types.UID
+	// stuckAtOnce has hpmount take a record naming a gone target for
+	// stuck at once, not after node.Config.HandlerStuckAfter.
+	stuckAtOnce bool
 	// kvLog collects KubeVirt's log; hpErrs hpmount's errors.
 	kvLog  *lockedBuffer
 	hpErrs []string
@@ -163,7 +166,7 @@ func (n *coNode) hpmountPaused(t *testing.T, op string, between func()) map[stri
 	t.Helper()
 	req := map[string]any{"op": op, "kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot,
 		"launcherDir": launcherView, "volumes": n.desired(), "launchers": n.gone,
-		"handlerStateDir": n.stateDir, "vmi": n.vmi().UID, "podsGone": n.podsGone}
+		"handlerStateDir": n.stateDir, "vmi": n.vmi().UID, "podsGone": n.podsGone, "stuckAtOnce": n.stuckAtOnce}
 	fifo := filepath.Join(n.stateDir, "pause")
 	if between != nil {
 		_ = os.Remove(fifo)

@@ -52,8 +52,9 @@ func (n *coNode) kvRecord(t *testing.T) string {
 //   - stuck: the record also names a target that is gone (virt-handler
 //     bound it, then someone removed it, as kubevirt#16532's duplicate
 //     entries do): virt-handler's Unmount fails at every sync whatever
-//     hpmount does, so nothing is left to it and hpmount removes ext and
-//     blk itself.
+//     hpmount does, so once the record stayed so (node.Config.
+//     HandlerStuckAfter) nothing is left to it and hpmount removes ext
+//     and blk itself.
 func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 	testutil.RequiresRoot(t)
 	for _, c := range []struct {
@@ -72,7 +73,11 @@ func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 			t.Logf("KubeVirt's record after the hotplug: %s", n.kvRecord(t))
 			if c.stuck {
 				// The recorded target of "gone" disappears behind
-				// virt-handler's back, and the volume with it.
+				// virt-handler's back, and the volume with it. A
+				// record stuck that way is taken for stuck once it
+				// stayed so for a while; each hpmount pass here is a
+				// new process, so at once.
+				n.stuckAtOnce = true
 				p := targetPath(n.launcher, n.volume("gone"))
 				must(t, unix.Unmount(p, unix.MNT_DETACH))
 				must(t, os.Remove(p))
