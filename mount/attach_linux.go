@@ -129,21 +129,8 @@ func (a *Attacher) settleFile(s steps, t *mountinfo.Table, src *source, dir *os.
 	switch {
 	case tg.mounted && sameSource(tg, src) && tg.depth <= 1:
 		return outcome.Unchanged, a.fixOwner(s, dir, file, tg)
-	case tg.mounted && sameSource(tg, src) && rightBeneath(t, tg, src):
-		// Two binds of the volume, one on the other: the peer bound
-		// between its look and ours, or we between its look and its
-		// bind. QEMU may already hold the volume through the top one,
-		// and may open it at any moment: only the top is unmounted (its
-		// holder keeps the same file), and the target never goes
-		// without the volume.
-		if _, err := peelTo(s, t, dir, uint64(tg.top.Parent), file); err != nil {
-			return "", err
-		}
-		r, err := a.settleFile(s, t, src, dir, dirID, file)
-		if r == outcome.Unchanged {
-			r = outcome.Replaced
-		}
-		return r, err
+	case tg.mounted && sameSource(tg, src) && sameBeneath(t, tg):
+		return peelToOne(s, t, dir, tg, file, func() (outcome.Result, error) { return a.settleFile(s, t, src, dir, dirID, file) })
 	case tg.mounted:
 		if _, err := peel(s, t, dir, dirID, file); err != nil {
 			return "", err
@@ -334,15 +321,32 @@ func stackOn(t *mountinfo.Table, id, dirID uint64) (top *mountinfo.Info, depth i
 	return top, 0
 }
 
-// rightBeneath reports whether the table knows the mount beneath the
-// target's top one as a live bind of src's disk.img too (its device and
-// root), and that one is stacked on the directory or on more such binds.
-func rightBeneath(t *mountinfo.Table, tg target, src *source) bool {
-	if tg.top == nil || tg.depth < 2 || src.vol == nil || src.root == "" {
+// sameBeneath reports whether the table knows the mount beneath the
+// target's top one as a live bind of the same thing: the same device and
+// root as the top, which the caller found to be the volume's.
+func sameBeneath(t *mountinfo.Table, tg target) bool {
+	if tg.top == nil || tg.depth < 2 {
 		return false
 	}
 	b := t.ByID(tg.top.Parent)
-	return b != nil && !b.Deleted() && b.Major == src.vol.Major && b.Minor == src.vol.Minor && b.Root == src.root
+	return b != nil && !b.Deleted() && b.Major == tg.top.Major && b.Minor == tg.top.Minor && b.Root == tg.top.Root
+}
+
+// peelToOne repairs two binds of the volume, one on the other: the peer
+// bound between its look and ours, or we between its look and its bind.
+// QEMU may already hold the volume through the top one, and may open it
+// at any moment, so only the top is unmounted (its holder keeps the same
+// file) and the target never goes without the volume; settle then judges
+// what is left, and the result says the target was repaired.
+func peelToOne(s steps, t *mountinfo.Table, dir *os.File, tg target, file string, settle func() (outcome.Result, error)) (outcome.Result, error) {
+	if _, err := peelTo(s, t, dir, uint64(tg.top.Parent), file); err != nil {
+		return "", err
+	}
+	r, err := settle()
+	if r == outcome.Unchanged {
+		r = outcome.Replaced
+	}
+	return r, err
 }
 
 // sameSource reports whether the mount on the target is a live bind of

@@ -61,6 +61,8 @@ func (a *Attacher) settleDir(s steps, t *mountinfo.Table, src *dirSource, dir *o
 	switch {
 	case tg.mounted && !tg.dead && tg.depth <= 1 && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino:
 		return outcome.Unchanged, a.chownDir(s, dir, file, tg.st)
+	case tg.mounted && !tg.dead && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino && sameBeneath(t, tg):
+		return peelToOne(s, t, dir, tg, file, func() (outcome.Result, error) { return a.settleDir(s, t, src, dir, dirID, file) })
 	case tg.mounted:
 		if _, err := peel(s, t, dir, dirID, file); err != nil {
 			return "", err
