@@ -64,12 +64,12 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 		return plugin.UsageError{Err: err}
 	}
 	collectSooner()
-	kube, dyn, err := api.clients("hpmount/" + version)
+	kube, dyn, err := api.clients("hpmount/" + build().Version)
 	if err != nil {
 		return err
 	}
 	// Events get a client, and so a rate limiter, of their own.
-	if cfg.EventClient, _, err = api.clients("hpmount/" + version); err != nil {
+	if cfg.EventClient, _, err = api.clients("hpmount/" + build().Version); err != nil {
 		return err
 	}
 	engine, err := node.New(nc)
@@ -80,7 +80,7 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	if n, err := engine.SweepGrowthLeftovers(); err != nil || n > 0 {
 		cfg.Logger.Warn("swept growth mounts an older hpmount left behind", "count", n, "error", fmt.Sprint(err))
 	}
-	m := metrics.New(version, commit)
+	m := metrics.New(build().Version, build().Revision)
 	cfg.Observer = m
 	cfg.QueueMetrics = m.WorkqueueProvider()
 	cfg.MetricsHandler = m.Handler()

@@ -67,7 +67,7 @@ func runDiag(cmd *cobra.Command, opts diag.Options, api apiFlags, output string)
 		return fail(err)
 	}
 	opts.Namespace = ns
-	kube, dyn, err := api.clients("hpmount-diag/" + version)
+	kube, dyn, err := api.clients("hpmount-diag/" + build().Version)
 	if err != nil {
 		return fail(err)
 	}

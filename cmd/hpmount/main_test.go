@@ -25,6 +25,9 @@ func TestExitStatus(t *testing.T) {
 		want int
 	}{
 		{[]string{"version"}, 0},
+		{[]string{"--version"}, 0},
+		{[]string{"version", "-o", "json"}, 0},
+		{[]string{"version", "-o", "yaml"}, 2},
 		{[]string{"--help"}, 0},
 		{[]string{"diag", "--help"}, 0},
 		{[]string{"bogus"}, 2},

@@ -3,7 +3,11 @@
 
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/hpmount/hpmount/plugin"
+)
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -12,6 +16,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDiagCommand(), newAgentCommand(), newVersionCommand())
+	root.AddCommand(newDiagCommand(), newAgentCommand(), plugin.VersionCommand("hpmount", build()))
+	plugin.SetVersion(root, build())
 	return root
 }

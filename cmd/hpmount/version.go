@@ -3,30 +3,19 @@
 
 package main
 
-import (
-	"fmt"
-	"runtime"
-
-	"github.com/spf13/cobra"
-)
+import "github.com/hpmount/hpmount/plugin"
 
 // Set at build time:
 //
 //	go build -ldflags "-X main.version=v0.1.0 -X main.commit=$(git rev-parse HEAD)" ./cmd/hpmount
+//
+// A plain go build leaves them, and build reads the VCS revision Go
+// stamped into the binary instead.
 var (
 	version = "dev"
 	commit  = "unknown"
 )
 
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, commit and Go version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "hpmount %s\ncommit: %s\ngo: %s %s/%s\n",
-				version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return err
-		},
-	}
-}
+// build is what this binary says of itself (version, --version, the user
+// agent and hpmount_build_info).
+func build() plugin.Build { return plugin.BuildOf(version, commit) }

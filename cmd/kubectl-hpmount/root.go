@@ -19,7 +19,8 @@ func newRootCommand() *cobra.Command {
 			cobra.CommandDisplayNameAnnotation: "kubectl hpmount",
 		},
 	}
-	root.AddCommand(newDiagCommand())
+	root.AddCommand(newDiagCommand(), plugin.VersionCommand("kubectl-hpmount", build()))
+	plugin.SetVersion(root, build())
 	return root
 }
 

@@ -58,8 +58,8 @@ func checkImage(t *testing.T, dist string, opts Options) {
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	unpackLayer(t, layout, m.Layers[0], cfg.RootFS.DiffIDs, rootfs)
 	out := runImage(t, rootfs, cfg.Config, "version")
-	if !strings.Contains(out, "hpmount "+opts.Version+"\n") || !strings.Contains(out, "commit: "+opts.Commit) {
-		t.Errorf("the image's version says\n%s\nwant hpmount %s, commit %s", out, opts.Version, opts.Commit)
+	if !strings.Contains(out, "version: "+opts.Version+"\n") || !strings.Contains(out, "revision: "+opts.Commit+"\n") {
+		t.Errorf("the image's version says\n%s\nwant version %s, revision %s", out, opts.Version, opts.Commit)
 	}
 	out = runImage(t, rootfs, cfg.Config, "diag", "--help")
 	if !strings.Contains(out, "hpmount diag") {
