@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,9 +59,12 @@ type coNode struct {
 	// kvLog collects KubeVirt's log; hpErrs hpmount's errors.
 	kvLog  *lockedBuffer
 	hpErrs []string
-	// rng picks the concurrent steps' head start.
+	// rng picks the concurrent steps' head start; seamSkip is how many
+	// of virt-handler's mounts and umounts the hpmount-inside order lets
+	// by before it pauses one (the seeded mode draws it).
 	rng       *rand.Rand
 	lastDelay time.Duration
+	seamSkip  int
 	// syscalls counts hpmount's changing syscalls (strace) per sync.
 	hpSyscalls int
 	// traced is what strace saw of each sync that changed anything.
@@ -176,7 +180,9 @@ func (n *coNode) hpmountPaused(t *testing.T, op string, between func()) map[stri
 	in, err := json.Marshal(req)
 	must(t, err)
 	trace := filepath.Join(n.stateDir, "strace.out")
-	cmd := exec.Command("strace", "-f", "-qq", "-e", "signal=none", "-o", trace, "-e", "trace="+changingSyscalls, n.bin)
+	// -y names each descriptor's path: a write counts only to a cgroup's
+	// device rules.
+	cmd := exec.Command("strace", "-f", "-qq", "-y", "-e", "signal=none", "-o", trace, "-e", "trace="+changingSyscalls, n.bin)
 	cmd.Stdin = bytes.NewReader(in)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -217,15 +223,21 @@ func (n *coNode) hpmountPaused(t *testing.T, op string, between func()) map[stri
 	return outcomes
 }
 
-// changingSyscalls are the calls that change the node's mounts, nodes and
-// files (strace's names; the cgroup rule is a write and not counted).
-const changingSyscalls = "mount,umount2,mknodat,unlinkat,renameat2,open_tree,move_mount,fsmount,mount_setattr"
+// changingSyscalls are the calls that can change the node's mounts,
+// nodes, files, owners and device rules (strace's names); countTraced
+// counts those of their lines that did.
+const changingSyscalls = "mount,umount2,mknodat,unlinkat,renameat2,open_tree,move_mount,fsmount,mount_setattr," +
+	"mkdirat,fchownat,fchown,openat,write,bpf"
 
-// countTraced counts the calls strace wrote to path, a call split by
-// another thread's (unfinished ... resumed) once, and not the line of a
-// thread strace let go mid-call (<detached ...>) or of a call strace could
-// not name as the process exited ("???( <unfinished ...>", never resumed):
-// a call the -e trace filter could not judge, and which never returned.
+// countTraced counts the calls strace wrote to path that changed
+// something: every call of the mount family, an openat that may create
+// (O_CREAT), a write to a cgroup's device rules (devices.allow or
+// devices.deny, named by -y), a bpf(2) that loads or attaches a program.
+// A call split by another thread's (unfinished ... resumed) counts once;
+// not the line of a thread strace let go mid-call (<detached ...>) or of a
+// call strace could not name as the process exited ("???( <unfinished
+// ...>", never resumed): a call the -e trace filter could not judge, and
+// which never returned.
 func countTraced(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -233,11 +245,34 @@ func countTraced(t *testing.T, path string) int {
 	c := 0
 	for _, l := range strings.Split(string(b), "\n") {
 		if l != "" && !strings.Contains(l, "resumed>") && !strings.Contains(l, "<detached") && !strings.Contains(l, "+++") && !strings.Contains(l, "---") &&
-			!readOnlyUnnamed(l) && !strings.Contains(l, "???(") {
+			!readOnlyUnnamed(l) && !strings.Contains(l, "???(") && changes(l) {
 			c++
 		}
 	}
 	return c
+}
+
+// changes tells a traced line of the calls that change something only
+// sometimes: an openat without O_CREAT, a write elsewhere than to device
+// rules, a bpf(2) that only asks.
+func changes(line string) bool {
+	switch call := callOf(line); call {
+	case "openat":
+		return strings.Contains(line, "O_CREAT")
+	case "write":
+		return strings.Contains(line, "devices.allow>") || strings.Contains(line, "devices.deny>")
+	case "bpf":
+		return strings.Contains(line, "BPF_PROG_LOAD") || strings.Contains(line, "BPF_PROG_ATTACH") ||
+			strings.Contains(line, "BPF_PROG_DETACH") || strings.Contains(line, "BPF_LINK_")
+	}
+	return true
+}
+
+// callOf is the name of the call on a line of strace -f: "PID name(...".
+func callOf(line string) string {
+	_, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	name, _, _ := strings.Cut(strings.TrimSpace(rest), "(")
+	return name
 }
 
 // readOnlyUnnamed is a line of statmount(2) or listmount(2) (457, 458),
@@ -443,11 +478,11 @@ func hpmountSideBin(t *testing.T) string {
 
 // kubeVirtPaused runs kv (a sync of virt-handler) and, if it reaches a
 // virt-chroot call whose arguments match the extended regular expression
-// match, runs between while that
+// match after skip such calls, runs between while that
 // call waits: after virt-handler's own look at the target and before its
 // mount or umount (virtChrootSeam). It reports whether between ran; kv's
 // error is returned either way.
-func (n *coNode) kubeVirtPaused(t *testing.T, match string, kv func() error, between func()) (bool, error) {
+func (n *coNode) kubeVirtPaused(t *testing.T, match string, skip int, kv func() error, between func()) (bool, error) {
 	t.Helper()
 	must(t, os.MkdirAll(filepath.Dir(seamPrefix), 0o755))
 	for _, f := range []string{".arrive", ".proceed"} {
@@ -455,8 +490,9 @@ func (n *coNode) kubeVirtPaused(t *testing.T, match string, kv func() error, bet
 		must(t, unix.Mkfifo(seamPrefix+f, 0o600))
 	}
 	must(t, os.WriteFile(seamPrefix+".match", []byte(match), 0o600))
+	must(t, os.WriteFile(seamPrefix+".skip", []byte(strconv.Itoa(skip)), 0o600))
 	defer func() {
-		for _, f := range []string{".match", ".arrive", ".proceed"} {
+		for _, f := range []string{".match", ".skip", ".arrive", ".proceed"} {
 			_ = os.Remove(seamPrefix + f)
 		}
 	}()

@@ -214,17 +214,23 @@ func buildVirtChroot(dir string) error {
 }
 
 // virtChrootSeam is /usr/bin/virt-chroot, where virt-handler's mounter
-// execs it: the first call whose arguments match seam.match (grep -E)
-// (a mount or an umount) stops after virt-handler's own look at the
+// execs it: the first call whose arguments match seam.match (grep -E),
+// after seam.skip such calls if that says so, (a mount or an umount)
+// stops after virt-handler's own look at the
 // target and before its mount or umount, says so on seam.arrive, and goes
 // on once the test has closed seam.proceed (coNode.kubeVirtPaused). Any
 // other call is KubeVirt's virt-chroot as it is.
 const virtChrootSeam = `#!/bin/sh
 seam=` + seamPrefix + `
 if [ -f "$seam.match" ] && echo " $* " | grep -qE "$(cat "$seam.match")"; then
-	rm -f "$seam.match"
-	echo "$*" > "$seam.arrive"
-	cat "$seam.proceed" > /dev/null
+	skip=$(cat "$seam.skip" 2>/dev/null || echo 0)
+	if [ "$skip" -gt 0 ]; then
+		echo $((skip - 1)) > "$seam.skip"
+	else
+		rm -f "$seam.match"
+		echo "$*" > "$seam.arrive"
+		cat "$seam.proceed" > /dev/null
+	fi
 fi
 exec /usr/bin/virt-chroot-real "$@"
 `
