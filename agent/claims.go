@@ -37,12 +37,8 @@ import (
 // attachment pods it was read for, and reads it again when a VMI names it
 // through an attachment pod it was not read for. A claim that is not
 // bound or being deleted is not remembered: it is read again on every pass
-// that needs it. One that is not found is not asked for again for a while,
-// for the same attachment pods (absentFirst): a ready attachment pod
-// carries every claim it names, so it is a VMI naming claims that do not
-// exist, and what it names must not cost the node a read per claim and
-// pass. What brings such a pass is what brought a
-// claim's update before, without a watch of claims: virt-controller writes
+// that needs it. What brings such a pass is what brought a claim's update
+// before, without a watch of claims: virt-controller writes
 // an attachment pod's UID into the volume's status only once the pod's
 // container is ready (updateVolumeStatus in pkg/virt-controller/watch/vmi),
 // which the kubelet allows only once the claim is bound and published, and
@@ -50,6 +46,11 @@ import (
 // both are VMI updates, as is the pod's own status on this node. A pass
 // that still finds the claim unbound is retried with the queue's backoff,
 // and every VMI is reconciled once per resync period.
+//
+// A claim that is not found is not asked for again for a while, for the
+// same attachment pods (absentFirst): a ready attachment pod carries
+// every claim it names, so it is a VMI naming claims that do not exist,
+// and what it names must not cost the node a read per claim and pass.
 //
 // A node starting with hundreds of VMIs would send one GET per claim at
 // once, and the client's rate limit (50 a second) would set the pace: a

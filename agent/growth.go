@@ -154,24 +154,32 @@ func (g *growRunner) ready(vmi string, launcher types.UID) func(string) bool {
 	}
 }
 
-// next pops the oldest waiting check.
+// next pops the oldest waiting check that is still wanted.
 func (g *growRunner) next() (growKey, DesiredVolume, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.order) == 0 {
-		return growKey{}, DesiredVolume{}, false
+	for len(g.order) > 0 {
+		k := g.order[0]
+		g.order = g.order[1:]
+		if v, ok := g.queued[k]; ok {
+			return k, v, true
+		}
 	}
-	k := g.order[0]
-	g.order = g.order[1:]
-	return k, g.queued[k], true
+	return growKey{}, DesiredVolume{}, false
 }
 
 // finish records a check's result and says whether it is news: anything
-// but a repeat of the last result reported for the same claim.
+// but a repeat of the last result reported for the same claim. The
+// result of a check pruned while it ran (its VMI forgotten, its volume
+// gone) is dropped: no pass of that VMI would take it.
 func (g *growRunner) finish(k growKey, v DesiredVolume, r applied) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	_, wanted := g.queued[k]
 	delete(g.queued, k)
+	if !wanted {
+		return false
+	}
 	if last, ok := g.reported.get(k); ok && sameGrowth(last.asked, v) && repeats(r, last.r) {
 		return false
 	}
@@ -185,8 +193,9 @@ func repeats(r, last applied) bool {
 		last.Result == r.Result && last.Err == nil && last.Grow == r.Grow
 }
 
-// prune drops the finished checks of vmi that keep does not want reported
-// any more: a launcher left, a volume was removed, the VMI was forgotten.
+// prune drops the checks of vmi that keep does not want reported any
+// more (a launcher left, a volume was removed, the VMI was forgotten):
+// finished, waiting, or running, whose result finish then drops.
 func (g *growRunner) prune(vmi string, keep func(growKey) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -195,6 +204,11 @@ func (g *growRunner) prune(vmi string, keep func(growKey) bool) {
 			if keep == nil || !keep(k) {
 				m.drop(k)
 			}
+		}
+	}
+	for k := range g.queued {
+		if k.vmi == vmi && (keep == nil || !keep(k)) {
+			delete(g.queued, k)
 		}
 	}
 }

@@ -119,7 +119,14 @@ func TestGrowthRepeatBringsNoPass(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGrowRunner()
-			if !g.finish(k, v, same) {
+			// A check runs as the growth loop runs it: submitted,
+			// taken off the queue, finished.
+			check := func(asked DesiredVolume, r applied) bool {
+				g.submit(k, asked)
+				g.next()
+				return g.finish(k, asked, r)
+			}
+			if !check(v, same) {
 				t.Fatal("the first check is not news")
 			}
 			if _, ok := g.take(k, v); !ok {
@@ -128,7 +135,7 @@ func TestGrowthRepeatBringsNoPass(t *testing.T) {
 			if tc.prune {
 				g.prune(testKey, nil)
 			}
-			if news := g.finish(k, tc.asked, tc.r); news != tc.news {
+			if news := check(tc.asked, tc.r); news != tc.news {
 				t.Fatalf("finish = %v, want %v", news, tc.news)
 			}
 			if ok := g.ready(testKey, launcherUID)("hp"); ok != tc.news {
@@ -211,5 +218,39 @@ func TestGrowthPruneKeepsOtherVMIs(t *testing.T) {
 	g.prune("ns/a", nil)
 	if _, ok := g.done["ns/a"]; ok {
 		t.Errorf("a VMI whose results are all pruned keeps an empty map")
+	}
+}
+
+// TestGrowthPruneDropsChecksInFlight: a check of a VMI forgotten while it
+// waited is never run, and the result of one forgotten while it ran is
+// dropped: nothing of the VMI stays in the runner for the life of the
+// agent. A check of another VMI runs and is kept.
+func TestGrowthPruneDropsChecksInFlight(t *testing.T) {
+	g := newGrowRunner()
+	waiting, running, other := growKey{"ns/a", launcherUID, "v1"}, growKey{"ns/a", launcherUID, "v2"}, growKey{"ns/b", launcherUID, "v1"}
+	v := DesiredVolume{Name: "v", Mode: kubevirt.Filesystem}
+	g.submit(running, v)
+	g.submit(waiting, v)
+	g.submit(other, v)
+	k, _, ok := g.next()
+	if !ok || k != running {
+		t.Fatalf("next = %+v, %v; want %+v", k, ok, running)
+	}
+	g.prune("ns/a", nil) // forgotten: one check running, one waiting
+	if news := g.finish(running, v, applied{Result: outcome.Grown}); news {
+		t.Errorf("the result of a check pruned while it ran is news")
+	}
+	if k, _, ok := g.next(); !ok || k != other {
+		t.Fatalf("next after the prune = %+v, %v; want %+v alone", k, ok, other)
+	}
+	g.finish(other, v, applied{Result: outcome.Grown})
+	if _, _, ok := g.next(); ok {
+		t.Fatal("a pruned check is still waiting")
+	}
+	if _, ok := g.done["ns/a"]; ok || len(g.queued) != 0 {
+		t.Errorf("the forgotten VMI keeps results %v, queued %v", g.done["ns/a"], g.queued)
+	}
+	if _, ok := g.done.get(other); !ok {
+		t.Error("another VMI's result was dropped")
 	}
 }

@@ -21,8 +21,9 @@ const HandlerStateDir = "/var/run/kubevirt-private/hotplug-volume-mount-state"
 const MaxHandlerRecord = 1 << 20
 
 // HandlerRecord is virt-handler's record of one VMI's hotplug targets on
-// its node. virt-handler removes a recorded target itself once its volume
-// has left the VMI's volumeStatus; hpmount leaves such a target to it.
+// its node, written when it binds a target (not when it finds one bound).
+// virt-handler removes a recorded target itself once its volume has left
+// the VMI's spec, or the VMI is gone; hpmount leaves such a target to it.
 type HandlerRecord struct {
 	// Targets are the targets' paths as virt-handler wrote them, in its
 	// own view of the kubelet's pods directory.
