@@ -71,9 +71,9 @@ func (a *Agent) watchMounts(ctx context.Context) {
 // lost.
 func (a *Agent) mountsChanged(h *mountHolds, c MountChange, now time.Time) {
 	if c.Lost {
-		for _, l := range c.Launchers {
-			a.snaps.touched(l)
-		}
+		// The passes this brings must not plan from a table read before
+		// the changes that were lost.
+		a.snaps.lost()
 		a.enqueueAll()
 		return
 	}

@@ -35,6 +35,9 @@ type snapshots struct {
 	curSeq  uint64
 	curTime time.Time
 	stored  uint64
+	// lostSeq is the seq of the last loss of mount changes: no read begun
+	// before it is shared (lost).
+	lostSeq uint64
 }
 
 // fresh returns the cached snapshot if it is young and no launcher of
@@ -65,7 +68,7 @@ func (c *snapshots) begin() uint64 {
 func (c *snapshots) store(s Snapshot, start uint64, t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cur != nil && c.curSeq > start {
+	if c.cur != nil && c.curSeq > start || start < c.lostSeq {
 		return
 	}
 	c.cur, c.curSeq, c.curTime = s, start, t
@@ -89,6 +92,16 @@ func (c *snapshots) expire(n uint64) {
 	if c.stored == n {
 		c.cur = nil
 	}
+}
+
+// lost records that the node dropped mount changes: any launcher may have
+// changed since any read, so the cached snapshot is dropped, and a read
+// that began before is not cached when it ends.
+func (c *snapshots) lost() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.lostSeq, c.cur = c.seq, nil
 }
 
 // touched records that the agent changed (or may have changed, when a call

@@ -67,3 +67,29 @@ func TestSnapshotsShareAReadUntilALauncherChanges(t *testing.T) {
 		t.Errorf("an older read replaced a newer one")
 	}
 }
+
+// TestLostMountChangesDropTheSharedSnapshot: when the node reports mount
+// changes lost, the passes it brings read the table again, whichever
+// launchers they serve: the shared snapshot is dropped, and a read begun
+// before the loss is not shared when it ends.
+func TestLostMountChangesDropTheSharedSnapshot(t *testing.T) {
+	ta := standardAgent(t, nil)
+	now := time.Now()
+	inFlight := ta.snaps.begin()
+	ta.snaps.store(fakeSnapshot{n: 1}, ta.snaps.begin(), now)
+	if _, ok := ta.snaps.fresh(now, []types.UID{launcherUID}); !ok {
+		t.Fatal("a snapshot just stored is not shared")
+	}
+	ta.mountsChanged(&mountHolds{}, MountChange{Lost: true}, now)
+	if _, ok := ta.snaps.fresh(now, []types.UID{launcherUID}); ok {
+		t.Fatal("after lost mount changes the snapshot read before them is still shared")
+	}
+	ta.snaps.store(fakeSnapshot{n: 2}, inFlight, now)
+	if _, ok := ta.snaps.fresh(now, []types.UID{launcherUID}); ok {
+		t.Fatal("a read begun before the loss is shared after it")
+	}
+	ta.snaps.store(fakeSnapshot{n: 3}, ta.snaps.begin(), now)
+	if _, ok := ta.snaps.fresh(now, []types.UID{launcherUID}); !ok {
+		t.Fatal("a read begun after the loss is not shared")
+	}
+}
