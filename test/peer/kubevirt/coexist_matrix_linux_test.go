@@ -4,7 +4,6 @@
 package peer
 
 import (
-	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -346,8 +345,10 @@ func runCoStep(t *testing.T, n *coNode, st coStep, order string) coRow {
 	}
 	n.hpErrs = nil
 	row.findings = strings.Join(findings, "; ")
-	// A known KubeVirt finding excuses KubeVirt's errors, never hpmount's.
-	if row.hpErrors-raced > 0 || row.kvErrors > 0 && !knownCoFinding(kvErr, kvErr2) {
+	// No KubeVirt error is excused: the one hpmount used to cause (its
+	// Unmount meeting a recorded target hpmount had removed first) is
+	// gone since hpmount leaves recorded targets to virt-handler.
+	if row.hpErrors-raced > 0 || row.kvErrors > 0 {
 		t.Errorf("%s, %s: errors: %s", st.name, order, row.findings)
 	}
 	t.Logf("%s, %s: %s; mounts per target %s; data intact %v; %d node mounts changed; hpmount %d changing syscalls; %s",
@@ -358,43 +359,6 @@ func runCoStep(t *testing.T, n *coNode, st coStep, order string) coRow {
 // virtChrootMounts matches virt-chroot's mount and umount calls: the
 // acts of virt-handler's check-then-act on a file or directory target.
 const virtChrootMounts = " (mount -o|umount) "
-
-// knownCoFinding is true when KubeVirt's errors are only its Unmount
-// failing on a recorded target that hpmount removed first
-// (TestCoexistenceUnplugRecordedTarget shows it).
-func knownCoFinding(errs ...error) bool {
-	any := false
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		if !strings.HasPrefix(err.Error(), "Unmount: ") || !targetGone(err) {
-			return false
-		}
-		any = true
-	}
-	return any
-}
-
-// targetGone tells KubeVirt's Unmount failing because the target is gone.
-// Its own open of the target says so with the errno; when both unplug at
-// once, hpmount can unmount or remove the target after that open and
-// before virt-chroot's umount, or after KubeVirt's umount and before its
-// unlink, and the errno is then only in the text.
-func targetGone(err error) bool {
-	if errors.Is(err, os.ErrNotExist) {
-		return true
-	}
-	// KubeVirt formats these errors with %v, so only the text says
-	// which: virt-chroot's umount found the target gone, or no longer a
-	// mount point (hpmount unmounted it after KubeVirt's check), or
-	// KubeVirt's unlink after its umount found the target gone.
-	msg := err.Error()
-	gone := strings.Contains(msg, "no such file or directory")
-	return strings.Contains(msg, "failed to unmount hotplug disk") &&
-		(gone && strings.Contains(msg, "mount target invalid: failed opening") || strings.Contains(msg, "umount failed: invalid argument")) ||
-		gone && strings.Contains(msg, "failed to remove hotplug disk directory") && strings.Contains(msg, "failed unlinking path")
-}
 
 // both runs KubeVirt's and hpmount's parts of st in order, and returns
 // KubeVirt's error.
