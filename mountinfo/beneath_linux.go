@@ -93,12 +93,21 @@ func (b *beneath) entryOnce(fd int, dirID uint64, dir, name string) error {
 	case errors.Is(err, unix.ENOENT):
 		return nil // removed since the listing
 	case err != nil:
-		// Its filesystem answers nothing: find what is mounted there from
-		// the directory's side.
-		return b.at(dirID, filepath.Join(dir, name))
-	case id == dirID:
+		// Its filesystem answers nothing: ask the mount by name, which
+		// asks that filesystem nothing either, or else find what is
+		// mounted there from the directory's side.
+		if id, err = handleMountID(fd, name); err != nil {
+			return b.at(dirID, filepath.Join(dir, name))
+		}
+	}
+	if id == dirID {
 		return nil
 	}
+	return b.stack(id, dirID)
+}
+
+// stack adds the mounts from id down to the one on the directory dirID.
+func (b *beneath) stack(id, dirID uint64) error {
 	for range maxStack {
 		info, err := b.stat(id)
 		if err != nil {
@@ -113,31 +122,34 @@ func (b *beneath) entryOnce(fd int, dirID uint64, dir, name string) error {
 }
 
 // at adds the mounts whose mount point is where, stacked from the mount
-// parent upwards, found by listing children instead of asking where.
+// parent upwards, found by listing instead of asking where: the kernels
+// without handleMountID (before 6.12). listmount(2) lists the whole subtree
+// of parent, not its children alone, so it is read once, and each mount of
+// it costs a statmount: on the pods directory's mount, the node's.
 func (b *beneath) at(parent uint64, where string) error {
-	for range maxStack {
-		children, err := listmount(parent)
+	under, err := listmount(parent)
+	if err != nil {
+		return fmt.Errorf("listmount of mount %d: %w", parent, err)
+	}
+	on := map[uint64]uint64{} // parent → the mount on where above it
+	for _, c := range under {
+		sm, err := statmount(c, smMntBasic|smMntPoint, b.buf)
 		if err != nil {
-			return fmt.Errorf("listmount of mount %d: %w", parent, err)
+			continue // unmounted since the listing
 		}
-		next := uint64(0)
-		for _, c := range children {
-			sm, err := statmount(c, smMntBasic|smMntPoint, b.buf)
-			if err != nil {
-				continue // unmounted since the listing
-			}
-			if sm.str(*b.buf, smMntPoint, sm.mntPoint) != where {
-				continue
-			}
-			if _, err := b.stat(c); errors.Is(err, unix.ENOENT) {
-				continue // unmounted since
-			} else if err != nil {
-				return err
-			}
-			next = c
+		if sm.str(*b.buf, smMntPoint, sm.mntPoint) == where {
+			on[sm.mntParentID] = c
 		}
-		if next == 0 {
+	}
+	for range maxStack {
+		next, ok := on[parent]
+		if !ok {
 			return nil
+		}
+		if _, err := b.stat(next); errors.Is(err, unix.ENOENT) {
+			return nil // unmounted since
+		} else if err != nil {
+			return err
 		}
 		parent = next
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"unsafe"
 
@@ -324,5 +325,50 @@ func TestReadBeneathRacingUnmount(t *testing.T) {
 	compareBeneath(t, n.hp, n.vol)
 	if raced != 1 {
 		t.Fatal("the unmount never raced the read")
+	}
+}
+
+// TestDeadEntryReadsItsStackOnly reads a launcher's directory with one
+// entry whose filesystem is shut down, beside a few hundred other mounts
+// on the same parent mount. The dead entry's mounts are found by name
+// (name_to_handle_at), not by listing the parent's mounts, which
+// listmount(2) gives as a whole subtree: on the pods directory's mount,
+// the node's. The listing's way, for kernels before 6.12, must still give
+// the table's answer.
+func TestDeadEntryReadsItsStackOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		byHandle bool
+	}{{"by name", true}, {"by listing, before Linux 6.12", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newBeneathNode(t)
+			const others = 300
+			for i := range others {
+				d := filepath.Join(filepath.Dir(n.hp), "other", strconv.Itoa(i))
+				must(t, os.MkdirAll(d, 0o755))
+				mountOn(t, "tmpfs", d, "tmpfs", 0, "size=64k")
+			}
+			d := filepath.Join(t.TempDir(), "x")
+			testutil.NewFilesystem(t, "xfs", testutil.MinXFSSize, d)
+			must(t, os.WriteFile(filepath.Join(d, "disk.img"), nil, 0o644))
+			p := n.target(t, "dead.img")
+			mountOn(t, filepath.Join(d, "disk.img"), p, "", unix.MS_BIND, "")
+			mountOn(t, filepath.Join(d, "disk.img"), p, "", unix.MS_BIND, "")
+			testutil.Run(t, "xfs_io", "-x", "-c", "shutdown", d)
+			if !tc.byHandle {
+				handleMountID = func(int, string) (uint64, error) { return 0, unix.EINVAL }
+				t.Cleanup(func() { handleMountID = nameToHandleMountID })
+			}
+			var calls int
+			onStatmount = func() { calls++ }
+			_, err := ReadBeneath(n.hp, n.vol)
+			onStatmount = nil
+			must(t, err)
+			t.Logf("%d statmount calls beside %d other mounts", calls, others)
+			if tc.byHandle && calls > 10 {
+				t.Errorf("%d statmount calls for a directory of one dead entry: the node's mounts were read", calls)
+			}
+			compareBeneath(t, n.hp, n.vol)
+		})
 	}
 }

@@ -104,8 +104,15 @@ type statBuf []uint64
 
 var statBufs = sync.Pool{New: func() any { b := make(statBuf, statmountSize/8); return &b }}
 
+// onStatmount, when set, is told of every statmount: tests count what a
+// read costs.
+var onStatmount func()
+
 // statmount calls statmount(2) for the unique id with the request mask.
 func statmount(id, mask uint64, buf *statBuf) (*statmountFixed, error) {
+	if onStatmount != nil {
+		onStatmount()
+	}
 	for {
 		req := mntIDReq{size: unix.MNT_ID_REQ_SIZE_VER0, mntID: id, param: mask}
 		b := *buf
@@ -219,7 +226,9 @@ func superOptions(flags uint32, fsOpts string) string {
 	return s
 }
 
-// listmount lists the unique ids of the mounts whose parent is id.
+// listmount lists the unique ids of the mounts beneath id: its whole
+// subtree, in the order of their ids, not its children alone (recursive
+// listing is listmount(2)'s only mode since it was merged, in 6.8).
 func listmount(id uint64) ([]uint64, error) {
 	var out []uint64
 	page := make([]uint64, 512)
@@ -317,4 +326,43 @@ func statOne(id uint64) (Info, error) {
 		return Info{}, fmt.Errorf("statmount of mount %d: %w", id, err)
 	}
 	return sm.info(*buf), nil
+}
+
+// The flags of name_to_handle_at(2) that x/sys does not name yet
+// (include/uapi/linux/fcntl.h).
+const (
+	atHandleMntIDUnique = 0x001 // Linux 6.12: the 64-bit unique mount id
+	atHandleFID         = 0x200 // a handle that only identifies, no export operations needed
+	maxHandleSize       = 128   // MAX_HANDLE_SZ
+)
+
+// handleMountID is nameToHandleMountID; tests replace it to take the
+// listing's way, as a kernel before 6.12 does.
+var handleMountID = nameToHandleMountID
+
+// nameToHandleMountID is the unique id of the mount name (in directory fd)
+// is on, from name_to_handle_at(2): the lookup crosses onto the mount
+// without asking its filesystem, and an identifying handle is made from
+// the inode in memory, so it answers for an entry whose filesystem fails
+// every statx (shut down, its server gone). Kernels before 6.12 refuse
+// the flag with EINVAL.
+func nameToHandleMountID(fd int, name string) (uint64, error) {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	// struct file_handle: handle_bytes, handle_type, then the handle.
+	var fh struct {
+		bytes  uint32
+		typ    int32
+		handle [maxHandleSize]byte
+	}
+	fh.bytes = maxHandleSize
+	var id uint64
+	_, _, errno := unix.Syscall6(unix.SYS_NAME_TO_HANDLE_AT, uintptr(fd), uintptr(unsafe.Pointer(p)),
+		uintptr(unsafe.Pointer(&fh)), uintptr(unsafe.Pointer(&id)), atHandleFID|atHandleMntIDUnique, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return id, nil
 }
