@@ -52,6 +52,9 @@ func (m *MountNamespace) SetTimeout(time.Duration) {}
 // Health is only supported on Linux.
 func (m *MountNamespace) Health(time.Time) (uint64, time.Duration) { return 0, 0 }
 
+// Held is only supported on Linux.
+func (m *MountNamespace) Held() int { return 0 }
+
 // StuckCalls is only supported on Linux.
 func (m *MountNamespace) StuckCalls() ([]StuckCall, error) { return nil, errors.ErrUnsupported }
 

@@ -136,6 +136,14 @@ func (m *MountNamespace) Health(now time.Time) (abandoned uint64, stuckFor time.
 	return m.written, stuckFor
 }
 
+// Held is how many threads calls given up on still hold: calls abandoned
+// past their deadline that have not returned, also after Close.
+func (m *MountNamespace) Held() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.stuck)
+}
+
 // StuckCalls lists the abandoned calls that have not returned yet, oldest
 // first, with the state of the thread each holds, and why no thread could
 // be started in the namespace to replace the last written-off one (nil

@@ -114,10 +114,16 @@ func (m *MountNamespace) serve(r *runner, started chan<- error) {
 // loop runs calls until the runner is retired or the namespace closed.
 func (m *MountNamespace) loop(r *runner) {
 	for {
+		// Retired before closed: a written-off runner whose call came
+		// back after its namespace was closed must still leave the stuck
+		// calls (Held), which a select of both would miss half the time.
 		select {
 		case <-r.retired:
 			m.finished(r)
 			return
+		default:
+		}
+		select {
 		case <-m.done:
 			return
 		default:

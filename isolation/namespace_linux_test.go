@@ -357,3 +357,40 @@ func TestStuckCalls(t *testing.T) {
 		return len(calls) == 0
 	})
 }
+
+// TestHeldAfterClose: a call given up on still holds its thread after its
+// namespace is closed, and leaves Held once it returns: the node engine
+// closes a runner whose call hung and waits on Held to ask the volume's
+// storage again. A loop that chose at random between "closed" and
+// "retired" forgot the call in half the runs, and the volume was never
+// asked again.
+func TestHeldAfterClose(t *testing.T) {
+	testutil.RequiresRoot(t)
+	for range 20 {
+		ns, err := OpenMountNamespace("/proc/self/ns/mnt")
+		must(t, err)
+		ns.SetTimeout(100 * time.Millisecond)
+		d := fakeDeadlines(ns)
+		release, started := make(chan struct{}), make(chan struct{})
+		stuck := make(chan error, 1)
+		go func() { stuck <- ns.Do(func() error { close(started); <-release; return nil }) }()
+		deadline := d.next(t)
+		<-started
+		deadline <- time.Now()
+		if err := <-stuck; !errors.Is(err, ErrStuck) {
+			t.Fatalf("the call returned %v, want ErrStuck", err)
+		}
+		ns.Close()
+		if n := ns.Held(); n != 1 {
+			t.Fatalf("Held after Close = %d, want 1", n)
+		}
+		close(release)
+		hang := time.Now().Add(10 * time.Second) // detects a hang only
+		for ns.Held() != 0 {
+			if time.Now().After(hang) {
+				t.Fatal("the returned call is still held 10 s later")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
