@@ -128,6 +128,10 @@ var (
 		Name: "hpmount_migration_target_ready_seconds", Type: TypeHistogram,
 		Help: "Time from a migration's handoff being seen on its target node to every hotplug volume being usable in the target launcher.",
 	}
+	descStuckThreads = Description{
+		Name: "hpmount_stuck_threads", Type: TypeGauge,
+		Help: "Threads held now by node calls the agent gave up on at their deadline and that have not returned: attaches, detaches and growths waiting on a volume's storage (at most one per volume and kind of call, and at most 64 of each kind at once), storage probes, and reads. They return when the storage answers; a value that stays above 0 is hung storage, and the HotplugStuck Events name its volumes.",
+	}
 	descRefusals = Description{
 		Name: "hpmount_refusals_total", Type: TypeCounter,
 		Labels: []string{"reason"},
@@ -160,6 +164,7 @@ var descriptions = []Description{
 	descQueueAdds,
 	descQueueRetries,
 	descQueueWait,
+	descStuckThreads,
 }
 
 // Descriptions returns every hpmount_ metric family, in README order. The

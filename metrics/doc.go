@@ -50,6 +50,7 @@
 //	hpmount_workqueue_adds_total{queue}                           counter    keys added to the work queue
 //	hpmount_workqueue_retries_total{queue}                        counter    keys put back after a failed pass, with backoff
 //	hpmount_workqueue_wait_duration_seconds{queue}                histogram  time a key waited before a worker took it
+//	hpmount_stuck_threads                                         gauge      threads held by node calls given up on at their deadline that have not returned (hung storage)
 //
 // When a VMI leaves the node every series labelled with it is deleted, and
 // its volumes stop counting in hpmount_volumes. When a volume is reported

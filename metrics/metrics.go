@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,8 @@ type Metrics struct {
 	queueAdds         *prometheus.CounterVec
 	queueRetries      *prometheus.CounterVec
 	queueWait         *prometheus.HistogramVec
+	// stuckThreads counts hpmount_stuck_threads at each scrape (StuckThreads).
+	stuckThreads atomic.Pointer[func() int]
 
 	mu sync.Mutex
 	// vmis holds what was last reported of each volume of each VMI: its
@@ -201,8 +204,20 @@ func New(version, commit string) *Metrics {
 		m.queueAdds,
 		m.queueRetries,
 		m.queueWait,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: descStuckThreads.Name, Help: descStuckThreads.Help}, m.stuck),
 	)
 	return m
+}
+
+// StuckThreads makes hpmount_stuck_threads count with count at every
+// scrape (the node engine's StuckThreads); 0 until it is set.
+func (m *Metrics) StuckThreads(count func() int) { m.stuckThreads.Store(&count) }
+
+func (m *Metrics) stuck() float64 {
+	if f := m.stuckThreads.Load(); f != nil {
+		return float64((*f)())
+	}
+	return 0
 }
 
 // Registry is the private registry holding every collector, for tests and

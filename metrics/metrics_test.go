@@ -26,6 +26,25 @@ import (
 	"github.com/hpmount/hpmount/outcome"
 )
 
+// TestStuckThreads: the gauge is 0 until the engine's count is set, then
+// that count at every scrape.
+func TestStuckThreads(t *testing.T) {
+	m := New("v", "c")
+	for _, tc := range []struct {
+		set  func() int
+		want int
+	}{{nil, 0}, {func() int { return 3 }, 3}} {
+		if tc.set != nil {
+			m.StuckThreads(tc.set)
+		}
+		want := fmt.Sprintf("# HELP hpmount_stuck_threads %s\n# TYPE hpmount_stuck_threads gauge\nhpmount_stuck_threads %d\n",
+			descStuckThreads.Help, tc.want)
+		if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "hpmount_stuck_threads"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestBuildInfo(t *testing.T) {
 	m := New("v1.2.3", "abc1234")
 	want := fmt.Sprintf(`

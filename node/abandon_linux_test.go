@@ -210,32 +210,43 @@ func TestLivenessOnlyWhenARestartHelps(t *testing.T) {
 	defer e.Close()
 	const limit = 50 * time.Millisecond
 	live := e.Liveness(limit)
+	// on runs fn as a call of the runner named and returns that runner.
+	on := func(c *storageCalls) func(fn func() error) (*isolation.MountNamespace, error) {
+		return func(fn func() error) (*isolation.MountNamespace, error) {
+			k := growKey{"launcher", "vol"}
+			err := c.run(k, "test", func(ns *isolation.MountNamespace) error { return ns.Do(fn) })
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.hung[hungKey{k, "test"}].ns, err
+		}
+	}
 	for _, tc := range []struct {
 		name     string
-		ns       *isolation.MountNamespace
+		run      func(fn func() error) (*isolation.MountNamespace, error)
 		wantFail bool
 	}{
-		{"growth runner", e.growNS, false},
-		{"attach and detach runner", e.ns, true},
+		{"growth", on(e.growth), false},
+		{"attach and detach", on(e.calls), true},
+		{"the serial thread", func(fn func() error) (*isolation.MountNamespace, error) { return e.ns, e.ns.Do(fn) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var pipe [2]int
 			must(t, unix.Pipe2(pipe[:], unix.O_CLOEXEC))
 			defer unix.Close(pipe[0])
 			defer unix.Close(pipe[1])
-			err := tc.ns.Do(func() error {
+			ns, err := tc.run(func() error {
 				_, err := unix.Read(pipe[0], make([]byte, 1))
 				return err
 			})
 			if !errors.Is(err, isolation.ErrStuck) {
 				t.Fatalf("the read = %v, want ErrStuck", err)
 			}
-			waitStuckPast(t, tc.ns, limit, 'S')
+			waitStuckPast(t, ns, limit, 'S')
 			if err := live(); (err != nil) != tc.wantFail {
 				t.Fatalf("liveness with the %s stuck in an interruptible wait past the limit = %v; want failing %v", tc.name, err, tc.wantFail)
 			}
 			_, _ = unix.Write(pipe[1], []byte{1})
-			waitUnstuck(t, tc.ns)
+			waitUnstuck(t, ns)
 			if err := live(); err != nil {
 				t.Fatalf("liveness once the call returned: %v", err)
 			}

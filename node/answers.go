@@ -76,6 +76,21 @@ func (m *answerMemo) waiting(launcher types.UID) map[string]bool {
 	return out
 }
 
+// pendingCount is how many probes have not returned: each holds a thread.
+func (m *answerMemo) pendingCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, p := range m.pending {
+		select {
+		case <-p.done:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 func (m *answerMemo) put(k growKey, p *probe) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

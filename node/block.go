@@ -36,8 +36,8 @@ import (
 // live before each change it makes (Uncover, and before each call of
 // blockdev that makes, chowns, labels or removes a node): a call given up
 // past its deadline changes nothing more.
-func inHotplugDisks[T any](e *Engine, t *mountinfo.Table, launcher types.UID, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
-	return mount.InLauncherDirLive(e.attacher, t, hotplugDisks(launcher), fn)
+func inHotplugDisks[T any](h hands, t *mountinfo.Table, launcher types.UID, fn func(live *isolation.Live, dir *os.File) (T, error)) (T, error) {
+	return mount.InLauncherDirLive(h.attacher, t, hotplugDisks(launcher), fn)
 }
 
 // blockNodes lists the launcher's block nodes; a missing hotplug-disks has
@@ -52,8 +52,8 @@ func (e *Engine) blockNodes(t *mountinfo.Table, launcher types.UID) ([]blockdev.
 
 // uncover removes what is mounted on the launcher's entry name and says
 // whether there was anything.
-func (e *Engine) uncover(t *mountinfo.Table, launcher types.UID, name string) (bool, error) {
-	n, err := inHotplugDisks(e, t, launcher, func(live *isolation.Live, dir *os.File) (int, error) {
+func (e *Engine) uncover(h hands, t *mountinfo.Table, launcher types.UID, name string) (bool, error) {
+	n, err := inHotplugDisks(h, t, launcher, func(live *isolation.Live, dir *os.File) (int, error) {
 		return mount.Uncover(live, t, dir, name)
 	})
 	return n > 0, err
@@ -68,13 +68,13 @@ type nodeChange struct {
 	uncovered bool
 }
 
-func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome.Result, error) {
+func (e *Engine) attachBlock(h hands, t *mountinfo.Table, v agent.DesiredVolume) (outcome.Result, error) {
 	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
-		return e.keepBlock(t, v, fmt.Errorf("block volume %q: %w: no attachment pod publishes it", v.Name, kubelet.ErrNotPublished))
+		return e.keepBlock(h, t, v, fmt.Errorf("block volume %q: %w: no attachment pod publishes it", v.Name, kubelet.ErrNotPublished))
 	}
-	p, err := e.nodes.PublishedDevice(string(v.Source.AttachmentPodUID), v.Source.PVName)
+	p, err := h.nodes.PublishedDevice(string(v.Source.AttachmentPodUID), v.Source.PVName)
 	if errors.Is(err, kubelet.ErrNotPublished) {
-		return e.keepBlock(t, v, err)
+		return e.keepBlock(h, t, v, err)
 	}
 	if err != nil {
 		return outcome.Unchanged, err
@@ -94,14 +94,14 @@ func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome
 		// name removed, before anything is granted; the rule goes in
 		// before the node appears, so the launcher never sees a node it
 		// cannot open.
-		if uncovered, err = e.uncover(t, v.LauncherUID, v.Name); err != nil {
+		if uncovered, err = e.uncover(h, t, v.LauncherUID, v.Name); err != nil {
 			return outcome.Unchanged, err
 		}
 		if err := e.rules.Allow(compute, p.Device); err != nil {
 			return outcome.Unchanged, err
 		}
 	}
-	did, err := e.ensureNode(t, v, p, allowed)
+	did, err := e.ensureNode(h, t, v, p, allowed)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
@@ -123,8 +123,8 @@ func (e *Engine) attachBlock(t *mountinfo.Table, v agent.DesiredVolume) (outcome
 
 // ensureNode makes the launcher's node for p, removing first, when uncover
 // is set, whatever is mounted on its name.
-func (e *Engine) ensureNode(t *mountinfo.Table, v agent.DesiredVolume, p blockdev.Published, uncover bool) (nodeChange, error) {
-	return inHotplugDisks(e, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
+func (e *Engine) ensureNode(h hands, t *mountinfo.Table, v agent.DesiredVolume, p blockdev.Published, uncover bool) (nodeChange, error) {
+	return inHotplugDisks(h, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
 		var c nodeChange
 		if uncover {
 			n, err := mount.Uncover(live, t, dir, v.Name)
@@ -137,7 +137,7 @@ func (e *Engine) ensureNode(t *mountinfo.Table, v agent.DesiredVolume, p blockde
 			return c, err
 		}
 		var err error
-		c.r, c.dev, err = e.nodes.Ensure(dir, v.Name, p)
+		c.r, c.dev, err = h.nodes.Ensure(dir, v.Name, p)
 		return c, err
 	})
 }
@@ -158,15 +158,15 @@ func computeOf(v agent.DesiredVolume) blockdev.Container {
 // launcher's device rules, and QEMU's next open gets EPERM. The rule is
 // granted again only for a node confirmed to still name the disk it was
 // made for; a node that is not there stays not published.
-func (e *Engine) keepBlock(t *mountinfo.Table, v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
-	dev, err := inHotplugDisks(e, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (blockdev.Device, error) {
+func (e *Engine) keepBlock(h hands, t *mountinfo.Table, v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
+	dev, err := inHotplugDisks(h, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (blockdev.Device, error) {
 		if _, err := mount.Uncover(live, t, dir, v.Name); err != nil {
 			return blockdev.Device{}, err
 		}
 		if err := live.Check(); err != nil {
 			return blockdev.Device{}, err
 		}
-		return e.nodes.Recheck(dir, v.Name)
+		return h.nodes.Recheck(dir, v.Name)
 	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return outcome.Unchanged, notPublished
@@ -187,15 +187,15 @@ func (e *Engine) keepBlock(t *mountinfo.Table, v agent.DesiredVolume, notPublish
 
 // detachBlock removes what is mounted on the launcher's node name, then the
 // node, then the rule of its device unless another node still uses it.
-func (e *Engine) detachBlock(t *mountinfo.Table, launcher types.UID, name string) (outcome.Result, error) {
-	did, err := inHotplugDisks(e, t, launcher, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
+func (e *Engine) detachBlock(h hands, t *mountinfo.Table, launcher types.UID, name string) (outcome.Result, error) {
+	did, err := inHotplugDisks(h, t, launcher, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
 		if _, err := mount.Uncover(live, t, dir, name); err != nil {
 			return nodeChange{}, err
 		}
 		if err := live.Check(); err != nil {
 			return nodeChange{}, err
 		}
-		r, dev, err := e.nodes.Remove(dir, name)
+		r, dev, err := h.nodes.Remove(dir, name)
 		return nodeChange{r: r, dev: dev}, err
 	})
 	if errors.Is(err, fs.ErrNotExist) {

@@ -19,12 +19,12 @@ import (
 const CreateDiskImagesFlag = "--create-disk-images"
 
 // attachDir binds the published PVC's root onto hotplug-disks/<volume>.
-func (e *Engine) attachDir(t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+func (e *Engine) attachDir(h hands, t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
 	file, err := targetName(v.Name, kubelet.DirTargetName)
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
 	}
-	r, err := e.attacher.AttachDir(t, src, hotplugDisks(v.LauncherUID), file)
+	r, err := h.attacher.AttachDir(t, src, hotplugDisks(v.LauncherUID), file)
 	if err != nil || !r.Changed() {
 		return r, refusal(err)
 	}
@@ -34,22 +34,22 @@ func (e *Engine) attachDir(t *mountinfo.Table, v agent.DesiredVolume, src string
 // attachFile binds disk.img, first creating it if it is missing and the
 // engine may (Config.CreateDiskImages). A created image makes the result
 // Created.
-func (e *Engine) attachFile(t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+func (e *Engine) attachFile(h hands, t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
 	file, err := targetName(v.Name, kubelet.TargetName)
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
 	}
-	r, err := e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), file)
+	r, err := h.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), file)
 	if errors.Is(err, mount.ErrNoDiskImage) {
 		if !e.createImages {
 			return r, fmt.Errorf("the PVC holds no disk.img (a volume never imported?) in %q: start the agent with %s to create it: %w",
 				e.root.Abs(src), CreateDiskImagesFlag, err)
 		}
-		size, created, cerr := e.attacher.CreateDiskImage(src, v.CapacityBytes, v.FilesystemOverhead)
+		size, created, cerr := h.attacher.CreateDiskImage(src, v.CapacityBytes, v.FilesystemOverhead)
 		if cerr != nil {
 			return outcome.Unchanged, refusal(cerr)
 		}
-		r, err = e.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), file)
+		r, err = h.attacher.Attach(t, src, hotplugDisks(v.LauncherUID), file)
 		if err == nil && created && size > 0 {
 			r = outcome.Created
 		}

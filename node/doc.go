@@ -39,11 +39,15 @@
 //   - Whether the storage under each healthy bind still answers, asked on
 //     every Observe off the namespace's thread, and the probes it gave up
 //     on (answers.go).
-//   - Which thread in the host namespace runs what: one, serial, changes
-//     the node (attach, detach, the readiness gate's reads); Observe reads
-//     on lookers of its own, a launcher always on the same one (look.go),
-//     in one call for the launcher's listing and one per volume for the
-//     checks not remembered (listing.go); growth has its own runner.
+//   - Which thread in the host namespace runs what: every call that can
+//     wait on a volume's storage (attach, detach, growth) on a runner of
+//     its own from a small pool, a volume whose call was given up on not
+//     asked again until that call returns, and at most heldLimit threads
+//     held at once (storage.go); Observe reads on lookers of its own, a
+//     launcher always on the same one (look.go), in one call for the
+//     launcher's listing and one per volume for the checks not remembered
+//     (listing.go); one serial thread for the rest (the launcher listing,
+//     virt-handler's record, the readiness gate's reads).
 //
 // It translates engine errors at its own boundary, so that the agent
 // imports none of mount, blockdev or isolation: tenant content the node

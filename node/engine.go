@@ -32,8 +32,10 @@ type Engine struct {
 	ns *isolation.MountNamespace
 	// lookers read for Observe on threads of their own (look.go).
 	lookers []looker
-	// growNS runs growth on threads of its own.
-	growNS   *isolation.MountNamespace
+	// calls and growth run what can wait on a volume's storage, each call
+	// on a thread of its own (storage.go); ns keeps the rest.
+	calls, growth *storageCalls
+
 	host     isolation.Host
 	root     kubelet.Root
 	sysRoot  string
@@ -92,18 +94,11 @@ func New(c Config) (*Engine, error) {
 		ns.Close()
 		return nil, err
 	}
-	growNS, err := isolation.OpenMountNamespace(c.Host.MountNamespace())
-	if err != nil {
-		ns.Close()
-		return nil, err
-	}
 	ns.SetTimeout(c.CallTimeout)
-	growNS.SetTimeout(c.GrowTimeout)
 	attacher := mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot}
 	lookers, err := openLookers(c.Host.MountNamespace(), attacher, c.CallTimeout, lookThreads)
 	if err != nil {
 		ns.Close()
-		growNS.Close()
 		return nil, err
 	}
 	noStatmount := errors.New("the engine is configured to read the whole table (Config.WholeTable)")
@@ -111,12 +106,14 @@ func New(c Config) (*Engine, error) {
 		_, noStatmount = isolation.Call(ns, func() (struct{}, error) { return struct{}{}, mountinfo.CheckStatmount() })
 	}
 	return &Engine{
-		ns: ns, lookers: lookers, growNS: growNS, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
+		ns: ns, lookers: lookers, host: c.Host, root: root, sysRoot: c.SysRoot, rules: rules, grow: c.Grow,
 		createImages: c.CreateDiskImages, mountEvents: c.MountEvents, callTimeout: c.CallTimeout, handlerDir: c.HandlerStateDir,
 		stuck:    stuckMemo{after: c.HandlerStuckAfter},
 		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
 		attacher: &attacher,
-		grower: &mount.Grower{NS: growNS, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
+		calls:    newStorageCalls(c.Host.MountNamespace(), c.CallTimeout),
+		growth:   newStorageCalls(c.Host.MountNamespace(), c.GrowTimeout),
+		grower: &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
 		nodes:       &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		noStatmount: noStatmount,
@@ -127,7 +124,8 @@ func New(c Config) (*Engine, error) {
 func (e *Engine) Close() {
 	e.ns.Close()
 	closeLookers(e.lookers)
-	e.growNS.Close()
+	e.calls.close()
+	e.growth.close()
 }
 
 // SweepGrowthLeftovers unmounts what a growth of an older hpmount left in
@@ -167,14 +165,17 @@ func (e *Engine) privateMounts() (*mountinfo.Table, error) {
 // A thread in uninterruptible sleep ('D': a frozen filesystem, storage
 // that does not answer) keeps the process from exiting until the wait
 // ends: a restart would only take the agent down until the storage comes
-// back, and the calls that follow already run on a new thread. Growth's
-// runner is not looked at: a growth waits on the filesystem it grows
-// (FIFREEZE during a snapshot), it has its own thread, deadline and
-// report on its volume, and restarting cannot make it finish sooner.
+// back, and the calls that follow already run on threads of their own
+// (storage.go). Growth is not looked at: a growth waits on the filesystem
+// it grows (FIFREEZE during a snapshot), it has its own threads, deadline
+// and report on its volume, and restarting cannot make it finish sooner.
 func (e *Engine) Liveness(limit time.Duration) func() error {
 	return func() error {
 		now := time.Now()
 		if err := liveness(e.ns, limit, now); err != nil {
+			return err
+		}
+		if err := e.calls.liveness("attaches and detaches", limit, now); err != nil {
 			return err
 		}
 		for _, l := range e.lookers {
@@ -186,12 +187,18 @@ func (e *Engine) Liveness(limit time.Duration) func() error {
 	}
 }
 
-// liveness is Liveness of the attach and detach runner ns at now.
+// liveness is Liveness of the runner ns at now.
 func liveness(ns *isolation.MountNamespace, limit time.Duration, now time.Time) error {
 	calls, noThread := ns.StuckCalls()
 	if noThread != nil {
-		return fmt.Errorf("no thread in the host mount namespace runs attaches and detaches: %w", noThread)
+		return fmt.Errorf("no thread in the host mount namespace runs %q's calls: %w", ns.Path(), noThread)
 	}
+	return stuckPast(calls, limit, now)
+}
+
+// stuckPast fails for a call of calls stuck past limit where a signal
+// reaches it.
+func stuckPast(calls []isolation.StuckCall, limit time.Duration, now time.Time) error {
 	for _, c := range calls {
 		// A state that cannot be read is a thread that just returned.
 		if d := now.Sub(c.Since); d > limit && c.State != 0 && !c.Uninterruptible() {
@@ -200,6 +207,18 @@ func liveness(ns *isolation.MountNamespace, limit time.Duration, now time.Time) 
 		}
 	}
 	return nil
+}
+
+// StuckThreads is how many threads calls given up on hold now: attaches,
+// detaches and growths stuck on their volumes' storage (each volume holds
+// at most one of each, storage.go), reads of the serial thread and the
+// lookers, and storage probes that have not answered (answers.go).
+func (e *Engine) StuckThreads() int {
+	n := e.ns.Held() + e.calls.held() + e.growth.held() + e.answers.pendingCount()
+	for _, l := range e.lookers {
+		n += l.ns.Held()
+	}
+	return n
 }
 
 // KubeletRoot is the kubelet root as resolved in the host namespace.
@@ -379,29 +398,35 @@ func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVo
 }
 
 func (e *Engine) attach(s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
+	return onStorage(e, e.calls, growKey{v.LauncherUID, v.Name}, "attach", func(h hands) (outcome.Result, error) {
+		return e.attachOn(h, s, v)
+	})
+}
+
+func (e *Engine) attachOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
 	if v.Mode == kubevirt.Block {
-		t, err := e.tableFor(e.ns, s, v.LauncherUID)
+		t, err := e.tableFor(h.ns, s, v.LauncherUID)
 		if err != nil {
 			return outcome.Unchanged, err
 		}
-		r, err := e.attachBlock(t, v)
+		r, err := e.attachBlock(h, t, v)
 		return r, refusal(err)
 	}
-	src, err := isolation.Call(e.ns, func() (string, error) {
+	src, err := isolation.Call(h.ns, func() (string, error) {
 		return kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
 	})
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
 	}
 	// The volume's own mount too: a bind's source is checked against it.
-	t, err := e.tableFor(e.ns, s, v.LauncherUID, src)
+	t, err := e.tableFor(h.ns, s, v.LauncherUID, src)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
 	if v.Mode == kubevirt.Directory {
-		return e.attachDir(t, v, src)
+		return e.attachDir(h, t, v, src)
 	}
-	return e.attachFile(t, v, src)
+	return e.attachFile(h, t, v, src)
 }
 
 // Detach unmounts and removes a filesystem or directory volume's target,
@@ -413,7 +438,13 @@ func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UI
 }
 
 func (e *Engine) detach(s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
-	t, err := e.tableFor(e.ns, s, launcher)
+	return onStorage(e, e.calls, growKey{launcher, o.Name}, "detach", func(h hands) (outcome.Result, error) {
+		return e.detachOn(h, s, launcher, o)
+	})
+}
+
+func (e *Engine) detachOn(h hands, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
+	t, err := e.tableFor(h.ns, s, launcher)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
@@ -423,13 +454,13 @@ func (e *Engine) detach(s agent.Snapshot, launcher types.UID, o agent.ObservedVo
 		e.memo.forget(growKey{launcher, o.Name})
 		e.sight.forget(growKey{launcher, o.Name})
 		if o.Mode == kubevirt.Directory {
-			r, err := e.attacher.DetachDir(t, dir, kubelet.DirTargetName(o.Name))
+			r, err := h.attacher.DetachDir(t, dir, kubelet.DirTargetName(o.Name))
 			return r, stuck(err)
 		}
-		r, err := e.attacher.Detach(t, dir, kubelet.TargetName(o.Name))
+		r, err := h.attacher.Detach(t, dir, kubelet.TargetName(o.Name))
 		return r, stuck(err)
 	}
-	r, err := e.detachBlock(t, launcher, o.Name)
+	r, err := e.detachBlock(h, t, launcher, o.Name)
 	return r, stuck(err)
 }
 

@@ -4,12 +4,14 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,15 +289,25 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 	if got, err := e.Attach(ctx, snap, ok); err != nil || got != outcome.Mounted {
 		t.Fatalf("attach of another launcher meanwhile = %s, %v; want mounted", got, err)
 	}
+	// Asked again while the first call hangs: refused at once, and no
+	// second thread is spent on the volume.
+	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, agent.ErrStuck) || e.calls.held() != 1 {
+		t.Fatalf("attach again while the first hangs = %v with %d threads held; want agent.ErrStuck and 1", err, e.calls.held())
+	}
+	if got := e.StuckThreads(); got != 1 {
+		t.Fatalf("StuckThreads = %d, want 1", got)
+	}
 	// The stuck thread waits on the frozen filesystem where no signal
 	// reaches it: a restart would not end it, so liveness passes.
 	const limit = 200 * time.Millisecond
-	waitStuckPast(t, e.ns, limit, 'D')
+	hung := hungRunner(t, e.calls, frozenLauncher, "fs", "attach")
+	waitStuckPast(t, hung, limit, 'D')
 	if err := e.Liveness(limit)(); err != nil {
 		t.Fatalf("liveness fails for a call in uninterruptible sleep: %v", err)
 	}
 	thaw()
-	waitUnstuck(t, e.ns)
+	waitUnstuck(t, hung)
+	waitHeld(t, e.calls, 0)
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
 	for _, l := range []types.UID{launcherUID, frozenLauncher} {
@@ -305,6 +317,19 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 			_, _ = e.Detach(ctx, snap, l, o)
 		}
 	}
+}
+
+// hungRunner is the runner of c holding the launcher's volume's call given
+// up on.
+func hungRunner(t *testing.T, c *storageCalls, launcher types.UID, volume, what string) *isolation.MountNamespace {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.hung[hungKey{growKey{launcher, volume}, what}]
+	if !ok {
+		t.Fatalf("no %s of %s/%s is held", what, launcher, volume)
+	}
+	return h.ns
 }
 
 // TestSweepGrowthLeftovers: a growth killed between its mount and its
@@ -544,5 +569,102 @@ func TestBlockWithoutComputeContainer(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID))))
 	if err != nil || len(entries) != 0 {
 		t.Fatalf("hotplug-disks: %v, %v; want empty", entries, err)
+	}
+}
+
+// TestHungStorageHoldsOnlyItsVolume (#37, defect 2): an attach whose
+// volume's filesystem is frozen waits in the kernel, with no deadline set
+// here; meanwhile another launcher's filesystem and block attaches finish,
+// and the frozen one finishes once thawed. On one thread serving the node
+// they waited for the thaw (or the deadline).
+func TestHungStorageHoldsOnlyItsVolume(t *testing.T) {
+	n := newLinkedRoot(t)
+	const frozenLauncher, frozenAttach = types.UID("33333333-frozen"), types.UID("44444444-frozen-attach")
+	must(t, os.MkdirAll(filepath.Join(n.real, kubelet.HotplugDisksDir(string(frozenLauncher))), 0o755))
+	frozenDir := filepath.Join(n.real, kubelet.VolumesDir(string(frozenAttach)), "kubernetes.io~csi", "pv-frozen", "mount")
+	testutil.NewFilesystem(t, "ext4", 16<<20, frozenDir)
+	must(t, os.WriteFile(filepath.Join(frozenDir, "disk.img"), make([]byte, 1<<20), 0o644))
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
+	must(t, err)
+	defer e.Close()
+	testutil.Run(t, "fsfreeze", "--freeze", frozenDir)
+	thaw := sync.OnceFunc(func() { testutil.Run(t, "fsfreeze", "--unfreeze", frozenDir) })
+	t.Cleanup(thaw)
+
+	ctx := context.Background()
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	frozen := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: frozenLauncher,
+		Source: agent.Source{AttachmentPodUID: frozenAttach, PVName: "pv-frozen"}}
+	frozenDone := make(chan error, 1)
+	go func() {
+		_, err := e.Attach(ctx, snap, frozen)
+		frozenDone <- err
+	}()
+	waitThreadIn(t, 'D')
+
+	healthyDone := make(chan error, 1)
+	go func() {
+		fs := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+			Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+		if r, err := e.Attach(ctx, snap, fs); err != nil || r != outcome.Mounted {
+			healthyDone <- fmt.Errorf("filesystem attach = %s, %v; want mounted", r, err)
+			return
+		}
+		r, err := e.Attach(ctx, snap, blockVolume(launcherUID))
+		if err == nil && r != outcome.Created {
+			err = fmt.Errorf("block attach = %s, want created", r)
+		}
+		healthyDone <- err
+	}()
+	select {
+	case err := <-healthyDone:
+		must(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the other launcher's attaches waited 30 s behind the frozen volume's")
+	}
+	select {
+	case err := <-frozenDone:
+		t.Fatalf("the frozen volume's attach returned before the thaw: %v", err)
+	default:
+	}
+	thaw()
+	select {
+	case err := <-frozenDone:
+		must(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the frozen volume's attach did not return 30 s after the thaw")
+	}
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	for _, l := range []types.UID{launcherUID, frozenLauncher} {
+		obs, err := e.Observe(ctx, snap, l)
+		must(t, err)
+		for _, o := range obs {
+			_, _ = e.Detach(ctx, snap, l, o)
+		}
+	}
+}
+
+// waitThreadIn waits until a thread of the process is in state (the
+// frozen volume's call asleep in the kernel); the 30 s deadline only
+// detects a hang.
+func waitThreadIn(t *testing.T, state byte) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tasks, err := os.ReadDir("/proc/self/task")
+		must(t, err)
+		for _, task := range tasks {
+			b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
+			if i := bytes.LastIndexByte(b, ')'); err == nil && i > 0 && i+2 < len(b) && b[i+2] == state {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no thread in state %c after 30 s", state)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

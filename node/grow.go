@@ -96,9 +96,15 @@ func (e *Engine) quickGrow(t *mountinfo.Table, v agent.DesiredVolume) (agent.Gro
 // Grow checks and grows a filesystem volume online; for a block volume it
 // reports the device size.
 func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (agent.GrowResult, error) {
-	// Read on growth's own threads: a growth never waits for the attach
-	// and detach runner.
-	t, err := e.tableFor(e.growNS, s, v.LauncherUID)
+	// On growth's own threads, one per check (storage.go): a growth never
+	// waits for an attach or detach, nor for another volume's growth.
+	return onStorage(e, e.growth, growKey{v.LauncherUID, v.Name}, "growth", func(h hands) (agent.GrowResult, error) {
+		return e.growOn(h, s, v)
+	})
+}
+
+func (e *Engine) growOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (agent.GrowResult, error) {
+	t, err := e.tableFor(h.ns, s, v.LauncherUID)
 	if err != nil {
 		return agent.GrowResult{}, err
 	}
@@ -112,7 +118,7 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 	}
 	growFS := e.grow.Filesystems
 	if growFS {
-		published, err := e.published(v)
+		published, err := e.published(h, v)
 		if err != nil {
 			return agent.GrowResult{}, err
 		}
@@ -122,7 +128,7 @@ func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolu
 	if err != nil {
 		return agent.GrowResult{}, fmt.Errorf("grow %q: %w", kubelet.TargetName(v.Name), err)
 	}
-	r, err := e.grower.Grow(t, dir, file, mount.GrowOptions{
+	r, err := h.grower.Grow(t, dir, file, mount.GrowOptions{
 		GrowFilesystem:     growFS,
 		ExpandDiskImage:    e.grow.DiskImages,
 		CapacityBytes:      v.CapacityBytes,
@@ -160,13 +166,13 @@ var findPublished = kubelet.FindPublished
 // does not. A check that failed or is stuck tells nothing, and reading it
 // as "not published" let growth race the kubelet: growth waits instead,
 // with an error wrapping agent.ErrStuck or agent.ErrBusy, so that it is
-// tried again. The check runs on growth's own runner, so that a hung
-// kubelet tree holds growth, not attaches.
-func (e *Engine) published(v agent.DesiredVolume) (bool, error) {
+// tried again. The check runs on the growth's own runner, so that a hung
+// kubelet tree holds that growth, not attaches.
+func (e *Engine) published(h hands, v agent.DesiredVolume) (bool, error) {
 	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
 		return false, nil
 	}
-	err := e.growNS.Do(func() error {
+	err := h.ns.Do(func() error {
 		_, err := findPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
 		return err
 	})

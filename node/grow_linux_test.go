@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,10 +109,11 @@ func TestGrowWaitsWhilePublishedIsUnknown(t *testing.T) {
 			must(t, os.Remove(n.mnt))
 			before := n.fsBytes(t)
 			release := make(chan struct{})
-			defer close(release)
+			let := sync.OnceFunc(func() { close(release) })
+			defer let()
 			findPublished = tt.check(release)
 			defer func() { findPublished = kubelet.FindPublished }()
-			n.e.growNS.SetTimeout(200 * time.Millisecond)
+			n.e.growth.timeout = 200 * time.Millisecond
 
 			r, err := n.grow(t)
 			if !errors.Is(err, tt.want) || r.Grown {
@@ -120,11 +122,33 @@ func TestGrowWaitsWhilePublishedIsUnknown(t *testing.T) {
 			if after := n.fsBytes(t); after != before {
 				t.Fatalf("the filesystem grew from %d to %d bytes while the check did not tell", before, after)
 			}
+			if errors.Is(tt.want, agent.ErrStuck) {
+				// Asked again while the first check hangs: refused at
+				// once, and no second thread is spent on it.
+				if _, err := n.grow(t); !errors.Is(err, agent.ErrStuck) || n.e.growth.held() != 1 {
+					t.Fatalf("grow while a check hangs = %v with %d threads held; want ErrStuck and 1", err, n.e.growth.held())
+				}
+				let()
+				waitHeld(t, n.e.growth, 0)
+			}
 			findPublished = kubelet.FindPublished
-			n.e.growNS.SetTimeout(0)
+			n.e.growth.timeout = 0
 			if r, err = n.grow(t); err != nil || !r.Grown || n.fsBytes(t) <= before {
 				t.Fatalf("grow once the check answers = %+v, %v; want the filesystem grown", r, err)
 			}
 		})
+	}
+}
+
+// waitHeld waits until c's calls given up on hold want threads; the 10 s
+// deadline only detects a hang.
+func waitHeld(t *testing.T, c *storageCalls, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.held() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d threads held after 10 s, want %d", c.held(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -21,10 +21,9 @@ const lookThreads = 2
 
 // looker is one thread in the host namespace that only reads: Observe's
 // listing, the storage probe, and the launcher's and QEMU's checks. They
-// change nothing, so they need not wait behind attaches and detaches, whose
-// thread keeps its calls serial (isolation.MountNamespace) for the targets
-// they change. A stuck read is abandoned on its looker's thread as any
-// call is.
+// change nothing, so they need not wait behind attaches and detaches, which
+// run on runners of their own (storage.go). A stuck read is abandoned on
+// its looker's thread as any call is.
 type looker struct {
 	ns *isolation.MountNamespace
 	// attacher is the engine's attacher on ns; only its reads are called.

@@ -81,6 +81,7 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 		cfg.Logger.Warn("swept growth mounts an older hpmount left behind", "count", n, "error", fmt.Sprint(err))
 	}
 	m := metrics.New(build().Version, build().Revision)
+	m.StuckThreads(engine.StuckThreads)
 	cfg.Observer = m
 	cfg.QueueMetrics = m.WorkqueueProvider()
 	cfg.MetricsHandler = m.Handler()
