@@ -41,6 +41,8 @@ type fakeEngine struct {
 	// returns only once released is closed: a filesystem frozen under it.
 	growing  chan string
 	released chan struct{}
+	// growHang holds the Grow of a volume until its channel is closed.
+	growHang map[string]chan struct{}
 	// handler is virt-handler's record by VMI; handlerErr fails its read.
 	handler    map[types.UID]HandlerRecord
 	handlerErr error
@@ -155,7 +157,11 @@ func (f *fakeEngine) Grow(_ context.Context, _ Snapshot, v DesiredVolume) (GrowR
 	f.mu.Lock()
 	f.record("grow %s %d", v.Name, v.CapacityBytes)
 	growing, released := f.growing, f.released
+	hang := f.growHang[v.Name]
 	f.mu.Unlock()
+	if hang != nil {
+		<-hang
+	}
 	if growing != nil {
 		growing <- v.Name
 		<-released
@@ -304,6 +310,7 @@ func (ta *testAgent) growPass(t testing.TB) {
 		t.Fatal(err)
 	}
 	ta.runGrowth(ctx)
+	ta.growth.running.Wait()
 	for ta.queue.Len() > 0 {
 		key, _ := ta.queue.Get()
 		ta.queue.Done(key)

@@ -24,8 +24,12 @@ import (
 // for the thaw. So apply never calls Engine.Grow: it hands the check to
 // this runner and moves on, and the runner's result comes back through the
 // VMI's next reconcile, which reports it as if it had been made in place.
-// One check runs at a time, as the engine's growth thread serializes them
-// anyway; a stuck one delays other growth, never a mount.
+// Up to growthChecksAtOnce checks run at once, each on a thread of the
+// engine's own: one volume whose storage hangs holds its own check, not
+// every other volume's growth for --grow-timeout. The engine asks a hung
+// volume's storage nothing more until its check returns, and the plan
+// sends no check for a volume whose storage did not answer its probe, so
+// only volumes that hang at once, each the first time, take the slots.
 //
 // Growth also yields to mounts: a batch of checks waits until the
 // reconcile queue is empty, for at most growthYield. At a start every
@@ -62,6 +66,10 @@ type growRunner struct {
 	// as a repeat of it is told by.
 	reported growResults
 	wake     chan struct{}
+	// slots holds one token per check running; running counts them too,
+	// for a caller that waits for them (tests).
+	slots   chan struct{}
+	running sync.WaitGroup
 	// idle is told, without blocking, when a worker leaves the reconcile
 	// queue empty.
 	idle chan struct{}
@@ -71,9 +79,14 @@ type growRunner struct {
 // reconcile queue to empty.
 const growthYield = time.Second
 
+// growthChecksAtOnce is how many growth checks run at once: as many as the
+// reconcile workers, so that growth on a busy node takes no more than
+// mounts do.
+const growthChecksAtOnce = 4
+
 func newGrowRunner() *growRunner {
 	return &growRunner{queued: map[growKey]DesiredVolume{}, done: growResults{}, reported: growResults{},
-		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), slots: make(chan struct{}, growthChecksAtOnce)}
 }
 
 // growResults holds checks by VMI key, so that every pass's prune reads
@@ -245,17 +258,28 @@ func (a *Agent) yieldToMounts(ctx context.Context) {
 	}
 }
 
-// runGrowth runs every waiting check in order, and brings each VMI back
-// to the queue to report a result that is news.
+// runGrowth starts every waiting check in order, each once a slot is free,
+// and brings each VMI back to the queue to report a result that is news.
+// It returns once none waits, while checks may still run.
 func (a *Agent) runGrowth(ctx context.Context) {
 	for ctx.Err() == nil {
 		k, v, ok := a.growth.next()
 		if !ok {
 			return
 		}
-		if a.growth.finish(k, v, a.growOnce(ctx, k, v)) {
-			a.queue.Add(k.vmi)
+		select {
+		case a.growth.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
 		}
+		a.growth.running.Add(1)
+		go func() {
+			defer a.growth.running.Done()
+			defer func() { <-a.growth.slots }()
+			if a.growth.finish(k, v, a.growOnce(ctx, k, v)) {
+				a.queue.Add(k.vmi)
+			}
+		}()
 	}
 }
 

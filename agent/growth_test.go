@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,8 +57,15 @@ func TestGrowthNeverHoldsAWorker(t *testing.T) {
 	ta.engine.reset()
 	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID, Capacity: "20Gi"}, vol{Name: "new", Claim: "c2", AttachUID: attachUID}))
 	reconciled("pass during the hung growth")
-	if got := ta.engine.changing(); len(got) != 0 {
-		t.Fatalf("calls during the hung growth = %v, want none (one check at a time per volume)", got)
+	// The volume attached in the first pass gets its first check beside
+	// the hung one (growthChecksAtOnce); hp gets none while its own hangs.
+	if name := <-ta.engine.growing; name != "new" {
+		t.Fatalf("growth of %q during the hung growth, want new", name)
+	}
+	for _, c := range ta.engine.changing() {
+		if strings.HasPrefix(c, "grow hp") || !strings.HasPrefix(c, "grow") {
+			t.Fatalf("calls during the hung growth = %v, want only new's check (one check at a time per volume)", ta.engine.changing())
+		}
 	}
 	ta.events()
 	ta.engine.mu.Lock()
@@ -88,6 +96,42 @@ func TestGrowthNeverHoldsAWorker(t *testing.T) {
 	}
 	if !slices.Equal(grows, []string{"grow hp 21474836480"}) {
 		t.Fatalf("growth checks of hp after the thaw = %v, want one for 20Gi", grows)
+	}
+}
+
+// TestGrowthHungCheckHoldsNoOther (#37, defect 3): a growth check that
+// hangs on its volume's storage holds its own slot only: the check of
+// another volume queued after it runs and is reported meanwhile.
+func TestGrowthHungCheckHoldsNoOther(t *testing.T) {
+	ta := standardAgent(t, nil)
+	hang := make(chan struct{})
+	defer close(hang)
+	ta.engine.mu.Lock()
+	ta.engine.growHang = map[string]chan struct{}{"hung": hang}
+	ta.engine.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, name := range []string{"hung", "healthy"} {
+		ta.growth.submit(growKey{vmi: testKey, launcher: launcherUID, volume: name},
+			DesiredVolume{Name: name, Mode: kubevirt.Filesystem, LauncherUID: launcherUID, CapacityBytes: 1 << 30})
+	}
+	go ta.growthLoop(ctx)
+	got := make(chan string, 1)
+	go func() {
+		key, _ := ta.queue.Get()
+		ta.queue.Done(key)
+		got <- key
+	}()
+	select {
+	case key := <-got:
+		if key != testKey {
+			t.Fatalf("queued %q, want %q", key, testKey)
+		}
+	case <-time.After(time.Minute): // a hang detector, not a budget
+		t.Fatal("the healthy volume's growth check waited behind the hung one")
+	}
+	if !ta.growth.ready(testKey, launcherUID)("healthy") || ta.growth.ready(testKey, launcherUID)("hung") {
+		t.Fatal("want the healthy volume's check finished and the hung one's not")
 	}
 }
 

@@ -150,7 +150,12 @@ func planVolume(in planInput, it *volumeIntent, o *ObservedVolume) (attach, grow
 	// A volume attached in this pass is not in this pass's mount table
 	// snapshot; its growth check runs in the pass that follows the attach.
 	// A directory volume has no disk.img to size and is never grown.
-	if !ok || it.Desired.Mode == kubevirt.Directory || it.Desired.Mode == kubevirt.Filesystem && !in.GrowFilesystems {
+	// A volume whose storage did not answer this pass's probe is not sent
+	// to growth, which would only wait on it too: every resync's check
+	// held the growth runner for --grow-timeout and wrote off a thread
+	// (#37). Its check runs once the storage answers again.
+	if !ok || it.Desired.Mode == kubevirt.Directory || it.Desired.Mode == kubevirt.Filesystem && !in.GrowFilesystems ||
+		o.Unchecked != nil {
 		return attach, nil
 	}
 	if in.Resync || in.CapacityChanged == nil || in.CapacityChanged(name, it.Desired.CapacityBytes) ||

@@ -73,6 +73,15 @@ func TestBuildPlan(t *testing.T) {
 		{"resync without grow-filesystems", planInput{Spec: spec, Resync: true,
 			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true)},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem)}}, nil},
+		{"a volume whose storage does not answer gets no growth check", planInput{Spec: spec, Resync: true, GrowFilesystems: true,
+			Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Filesystem, true)},
+			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem),
+				func() ObservedVolume {
+					o := healthyObserved("b", kubevirt.Filesystem)
+					o.Unchecked = ErrStuck
+					return o
+				}()}},
+			[]string{"grow a"}},
 		{"capacity change grows", planInput{Spec: spec, GrowFilesystems: true,
 			CapacityChanged: func(n string, _ int64) bool { return n == "a" },
 			Intents:         []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Filesystem, true)},
@@ -126,7 +135,8 @@ func TestReconcileAttachThenEmptyPlan(t *testing.T) {
 	// reports them.
 	ta.engine.reset()
 	ta.growPass(t)
-	if got, want := ta.engine.changing(), []string{"grow blk 10737418240", "grow hp 10737418240"}; !slices.Equal(got, want) {
+	// Growth checks run side by side (growthChecksAtOnce): in any order.
+	if got, want := slices.Sorted(slices.Values(ta.engine.changing())), []string{"grow blk 10737418240", "grow hp 10737418240"}; !slices.Equal(got, want) {
 		t.Fatalf("second pass calls = %v, want %v", got, want)
 	}
 	ta.engine.reset()
