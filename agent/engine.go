@@ -6,6 +6,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -75,6 +76,10 @@ type ObservedVolume struct {
 	// not false. Only this entry is affected: the launcher's other entries
 	// are observed as usual.
 	Unchecked error
+	// Answering: a probe of the entry's storage is still out, within its
+	// deadline, and the entry was reported as its remembered checks say.
+	// A pass after this long tells whether the storage answered.
+	Answering time.Duration
 	// Block mode: the device number the node points at.
 	DeviceMajor, DeviceMinor uint32
 }

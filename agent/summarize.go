@@ -63,7 +63,10 @@ type summary struct {
 	// Requeue: something was attached; check it against a fresh snapshot
 	// soon instead of waiting for the resync.
 	Requeue bool
-	Errs    []error
+	// RequeueIn, when not 0: a probe of a volume's storage is still out;
+	// a pass after this long finds its answer (ObservedVolume.Answering).
+	RequeueIn time.Duration
+	Errs      []error
 	// LogAttrs name what the summary is about in its logs (a launcher
 	// emptied), beside the VMI.
 	LogAttrs []any
@@ -303,6 +306,9 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 	}
 	if s.Requeue {
 		r.Requeue = time.Second
+	}
+	if s.RequeueIn > 0 && (r.Requeue == 0 || s.RequeueIn < r.Requeue) {
+		r.Requeue = s.RequeueIn
 	}
 	if d.WriteStatus && len(s.Status) > 0 {
 		r.Status = s.Status

@@ -46,6 +46,8 @@ func TestSummarize(t *testing.T) {
 	notSeenFS.NotPropagated = true
 	uncheckedFS := healthyFS
 	uncheckedFS.Unchecked = fmt.Errorf("ask the launcher: %w", ErrStuck)
+	answeringFS := healthyFS
+	answeringFS.Answering = 7 * time.Second
 	notSeen := did(outcome.Attach, &it, nil, outcome.Mounted, nil)
 	notSeen.NotPropagated = fmt.Errorf("%w: the launcher sees the empty file", ErrNotPropagated)
 	detachGone := applied{Op: op{Kind: outcome.Detach, Name: "gone", Observed: &ObservedVolume{Name: "gone", Mode: kubevirt.Block}}, Result: outcome.Removed}
@@ -67,6 +69,8 @@ func TestSummarize(t *testing.T) {
 			StateNotPropagated, []string{"Warning VolumeNotPropagated"}, "", false, 0, nil},
 		{"observed, its check hung", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{uncheckedFS}},
 			StateFailed, []string{"Warning HotplugStuck"}, "", false, 0, nil},
+		{"observed while its storage probe is out", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{answeringFS}},
+			StateMounted, nil, kubevirt.PhaseMountedToPod, false, 0, nil},
 		{"healthy, nothing ran", summaryInput{Intents: []volumeIntent{it}, Observed: []ObservedVolume{healthyFS}},
 			StateMounted, nil, kubevirt.PhaseMountedToPod, false, 0, nil},
 		{"attach fails", summaryInput{Intents: []volumeIntent{it}, Applied: []applied{did(outcome.Attach, &it, nil, outcome.Error, errors.New("EIO"))}},
@@ -130,6 +134,10 @@ func TestSummarize(t *testing.T) {
 			}
 			if got := s.Status["hp"].Phase; got != tt.status {
 				t.Errorf("status phase = %q, want %q", got, tt.status)
+			}
+			// A pass comes back when a storage probe's deadline has passed.
+			if want := tt.in.Observed; len(want) > 0 && s.RequeueIn != want[0].Answering {
+				t.Errorf("requeue in %s, want %s", s.RequeueIn, want[0].Answering)
 			}
 			if s.Requeue != tt.requeue || len(s.Errs) != tt.errs {
 				t.Errorf("requeue %v errs %v, want %v and %d errors", s.Requeue, s.Errs, tt.requeue, tt.errs)

@@ -67,6 +67,9 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 		refusal = &kubevirt.Refusal{Reason: r.Refusal.Reason, Message: fmt.Sprintf("volume %q: %s", name, r.Refusal.Message), Err: r.Refusal.Err}
 	}
 	o := findObserved(in.Observed, name)
+	if o != nil && o.Answering > 0 && (s.RequeueIn == 0 || o.Answering < s.RequeueIn) {
+		s.RequeueIn = o.Answering
+	}
 	mounted := o.Healthy(it.Desired.Mode)
 	notSeen := notPropagated(o, r)
 	if r != nil {

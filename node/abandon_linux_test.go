@@ -387,18 +387,26 @@ func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 	}
 
 	fs.Hang()
-	if o := observe()["hung"]; !errors.Is(o.Unchecked, agent.ErrStuck) || !o.Mounted {
-		t.Fatalf("the volume once its storage hangs: %+v, want mounted and unchecked (stuck)", o)
+	// The pass does not wait out the deadline on its worker: the volume's
+	// checks are remembered, so it is answering, and a pass after the
+	// deadline is asked for.
+	if o := observe()["hung"]; o.Unchecked != nil || o.Answering <= 0 || !o.Mounted {
+		t.Fatalf("the volume once its storage hangs: %+v, want mounted and answering", o)
 	}
 	k := growKey{launcherUID, "hung"}
-	first := e.answers.hung(k)
+	first := e.answers.settle(k, e.callTimeout)
 	if first == nil {
 		t.Fatal("no pending probe remembered for the hung volume")
 	}
-	if o := observe()["hung"]; !errors.Is(o.Unchecked, agent.ErrStuck) {
-		t.Fatalf("the hung volume observed again: %+v, want unchecked", o)
+	// Past the deadline it is stuck, and no second probe was started.
+	hang := time.Now().Add(10 * time.Second) // detects a hang only
+	for o := observe()["hung"]; !errors.Is(o.Unchecked, agent.ErrStuck); o = observe()["hung"] {
+		if time.Now().After(hang) {
+			t.Fatalf("the hung volume 10 s on: %+v, want unchecked", o)
+		}
+		time.Sleep(o.Answering)
 	}
-	if again := e.answers.hung(k); again != first {
+	if again := e.answers.settle(k, e.callTimeout); again != first {
 		t.Fatal("a second probe was started while the first still waits")
 	}
 	if abandoned, _ := e.ns.Health(time.Now()); abandoned != 0 {
@@ -417,4 +425,44 @@ func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 			t.Fatalf("detach %s = %s, %v", name, r, err)
 		}
 	}
+}
+
+// TestProbeWaitHoldsNoWorker (#37, defect 6): with storage hung under a
+// volume whose checks are remembered, Observe does not wait out the call
+// deadline (an hour here) on the reconcile worker that called it: it
+// returns with the volume answering, and the VMI asked back for when the
+// deadline has passed. Waiting there, N affected VMIs of an outage held
+// every other hotplug of the node for N/4 deadlines.
+func TestProbeWaitHoldsNoWorker(t *testing.T) {
+	e, fs := hungVolumeEngine(t)
+	ctx := context.Background()
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	v := agent.DesiredVolume{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}}
+	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+		t.Fatalf("attach = %s, %v; want mounted", r, err)
+	}
+	observe := func() []agent.ObservedVolume {
+		snap, err := e.Snapshot(ctx)
+		must(t, err)
+		obs, err := e.Observe(ctx, snap, launcherUID)
+		must(t, err)
+		return obs
+	}
+	if obs := observe(); len(obs) != 1 || obs[0].Unchecked != nil || obs[0].Answering != 0 {
+		t.Fatalf("before the storage hangs: %+v", obs)
+	}
+	e.callTimeout = time.Hour
+	fs.Hang()
+	done := make(chan []agent.ObservedVolume, 1)
+	go func() { done <- observe() }()
+	select {
+	case obs := <-done:
+		if len(obs) != 1 || obs[0].Unchecked != nil || obs[0].Answering < 50*time.Minute || !obs[0].Mounted {
+			t.Fatalf("observe of the hung volume = %+v, want mounted, answering for about an hour", obs)
+		}
+	case <-time.After(30 * time.Second): // a hang detector, not a budget
+		t.Fatal("observe waited on the hung volume's probe for 30 s")
+	}
+	fs.Abort()
 }

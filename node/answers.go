@@ -26,37 +26,92 @@ import (
 // namespace's thread, where a hung request would hold every other call of
 // the node until its deadline.
 
-// answerMemo remembers, per target, a probe given up at its deadline that
-// has not returned: until it does, the volume is reported stuck without
-// asking again, so a hung server holds one thread per volume, not one per
-// pass.
+// A pass waits for its probes only briefly (answerWait): waited for up to
+// the call deadline on a reconcile worker, N affected VMIs of a storage
+// outage held every other hotplug of the node for N/4 deadlines (#37).
+// A probe still out after that is remembered; its volume is reported as
+// its remembered checks say, and the VMI is asked to come back when the
+// deadline has passed, which then finds the probe answered or reports the
+// volume stuck. Only a bind whose checks are not remembered (new, or
+// changed) waits for the full deadline: its checks reach the storage
+// too, and they are made once per bind, not once per pass.
+//
+// Storage that answers, but later than the deadline, would flap between
+// checked and stuck: stuck while the probe is out past its deadline, and
+// checked in the pass after it came back, until the next probe is out as
+// long. A probe that answered late marks its volume, and a marked
+// volume's next probe that is still out after answerWait is stuck at
+// once; an answer in time clears the mark.
+
+// answerWait is how long a pass waits for the probes it started before it
+// leaves them out.
+const answerWait = 200 * time.Millisecond
+
+// answerMemo remembers, per target, a probe still out: until it returns,
+// the volume is not asked again, so a hung server holds one thread per
+// volume, not one per pass; and the volumes whose last probe answered
+// after its deadline.
 type answerMemo struct {
 	mu      sync.Mutex
 	pending map[growKey]*probe
+	late    map[growKey]bool
 }
 
-// probe is one mount.Answers call; done is closed when it returns.
+// probe is one mount.Answers call; done is closed when it returns, after
+// end is set.
 type probe struct {
 	target string
 	since  time.Time
+	end    time.Time
 	done   chan struct{}
 }
 
-// hung is the pending probe of k that has not returned, or nil.
-func (m *answerMemo) hung(k growKey) *probe {
+// out reports whether p has not returned.
+func (p *probe) out() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// settle returns k's probe still out, or nil: a probe that returned is
+// dropped, and marks k late when it took longer than deadline.
+func (m *answerMemo) settle(k growKey, deadline time.Duration) *probe {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.pending[k]
-	if p == nil {
-		return nil
-	}
-	select {
-	case <-p.done:
-		delete(m.pending, k)
-		return nil
-	default:
+	if p == nil || p.out() {
 		return p
 	}
+	delete(m.pending, k)
+	m.markLocked(k, deadline > 0 && p.end.Sub(p.since) > deadline)
+	return nil
+}
+
+func (m *answerMemo) markLocked(k growKey, late bool) {
+	if !late {
+		delete(m.late, k)
+		return
+	}
+	if m.late == nil {
+		m.late = map[growKey]bool{}
+	}
+	m.late[k] = true
+}
+
+func (m *answerMemo) isLate(k growKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.late[k]
+}
+
+// answeredInTime clears k's late mark.
+func (m *answerMemo) answeredInTime(k growKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.markLocked(k, false)
 }
 
 // waiting is the volumes of launcher whose probe has not returned.
@@ -65,12 +120,8 @@ func (m *answerMemo) waiting(launcher types.UID) map[string]bool {
 	defer m.mu.Unlock()
 	out := map[string]bool{}
 	for k, p := range m.pending {
-		select {
-		case <-p.done:
-		default:
-			if k.launcher == launcher {
-				out[k.name] = true
-			}
+		if k.launcher == launcher && p.out() {
+			out[k.name] = true
 		}
 	}
 	return out
@@ -82,9 +133,7 @@ func (m *answerMemo) pendingCount() int {
 	defer m.mu.Unlock()
 	n := 0
 	for _, p := range m.pending {
-		select {
-		case <-p.done:
-		default:
+		if p.out() {
 			n++
 		}
 	}
@@ -100,28 +149,67 @@ func (m *answerMemo) put(k growKey, p *probe) {
 	m.pending[k] = p
 }
 
+// answers is what a pass learnt of its launcher's storage: the volumes
+// whose filesystem did not answer by its deadline (errors wrapping
+// agent.ErrStuck), and those whose probe is still out within it, with the
+// time left.
+type answers struct {
+	stuck     map[string]error
+	answering map[string]time.Duration
+}
+
 // answered asks the filesystems under the launcher's healthy binds to
-// answer, all at once, and waits for them until the call deadline: the
-// listing opened each bind whose storage has no probe pending. It returns,
-// for each volume whose filesystem did not answer in time (now or at an
-// earlier pass), an error wrapping agent.ErrStuck. A filesystem that
-// answered with an error is not its concern: Observe's look reports a dead
-// source.
-func (e *Engine) answered(ctx context.Context, launcher types.UID, ls listing) map[string]error {
-	out := map[string]error{}
+// answer, all at once (the listing opened each bind whose storage has no
+// probe out), and waits for them as the comment at the top says. A
+// filesystem that answered with an error is not its concern: Observe's
+// look reports a dead source.
+func (e *Engine) answered(ctx context.Context, launcher types.UID, ls listing) answers {
+	a := answers{stuck: map[string]error{}, answering: map[string]time.Duration{}}
 	probes := map[string]*probe{}
+	long := map[string]bool{}
 	for _, b := range ls.binds {
 		if !b.o.Healthy(b.o.Mode) {
 			continue
 		}
+		k := growKey{launcher, b.o.Name}
 		if f := ls.bound[b.o.Name]; f != nil {
 			probes[b.o.Name] = startProbe(b.target, f)
-		} else if p := e.answers.hung(growKey{launcher, b.o.Name}); p != nil {
-			out[b.o.Name] = notAnswered(b.target, p.since)
+			askSight, askHeld := e.needsChecks(k, b)
+			long[b.o.Name] = askSight || askHeld
+		} else if p := e.answers.settle(k, e.callTimeout); p != nil {
+			if askSight, askHeld := e.needsChecks(k, b); askSight || askHeld {
+				// Checks to make on storage that has not answered an
+				// earlier probe: they would only wait on it.
+				a.stuck[b.o.Name] = notAnswered(b.target, p.since)
+				continue
+			}
+			e.judgeOut(k, b.o.Name, p, a)
 		}
 	}
-	e.awaitProbes(ctx, launcher, probes, out)
-	return out
+	if !e.awaitProbes(ctx, probes, long) {
+		return a // the agent stops: nothing was told
+	}
+	for volume, p := range probes {
+		k := growKey{launcher, volume}
+		if !p.out() {
+			e.answers.answeredInTime(k)
+			continue
+		}
+		e.answers.put(k, p)
+		e.judgeOut(k, volume, p, a)
+	}
+	return a
+}
+
+// judgeOut reports k's probe p, still out: stuck past the deadline, or at
+// once when k's last probe answered late; else answering.
+func (e *Engine) judgeOut(k growKey, volume string, p *probe, a answers) {
+	age := time.Since(p.since)
+	if e.callTimeout <= 0 || age < e.callTimeout && !e.answers.isLate(k) {
+		a.answering[volume] = max(e.callTimeout-age, answerWait)
+		return
+	}
+	a.stuck[volume] = notAnswered(p.target, p.since)
 }
 
 // startProbe runs mount.Answers of f, the bind on target, on a goroutine
@@ -132,28 +220,39 @@ func startProbe(target string, f *os.File) *probe {
 		defer close(p.done)
 		defer f.Close()
 		_ = mount.Answers(f)
+		p.end = time.Now()
 	}()
 	return p
 }
 
-// awaitProbes waits for probes until the call deadline and records in out
-// and in the memo each one that has not returned by then.
-func (e *Engine) awaitProbes(ctx context.Context, launcher types.UID, probes map[string]*probe, out map[string]error) {
+// awaitProbes waits for probes for answerWait, and for those of long until
+// the call deadline. It reports false when ctx ended first (the agent
+// stops).
+func (e *Engine) awaitProbes(ctx context.Context, probes map[string]*probe, long map[string]bool) bool {
+	short := answerWait
 	if e.callTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.callTimeout)
-		defer cancel()
+		short = min(short, e.callTimeout)
 	}
-	for volume, p := range probes {
-		if p.returned(ctx) {
+	for _, phase := range []struct {
+		wait  time.Duration
+		which func(string) bool
+	}{{short, func(string) bool { return true }}, {e.callTimeout - short, func(v string) bool { return long[v] }}} {
+		if phase.wait <= 0 && e.callTimeout > 0 {
 			continue
 		}
-		if ctx.Err() != context.DeadlineExceeded {
-			return // the agent stops: nothing was told
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if e.callTimeout > 0 {
+			wctx, cancel = context.WithTimeout(ctx, phase.wait)
 		}
-		e.answers.put(growKey{launcher, volume}, p)
-		out[volume] = notAnswered(p.target, p.since)
+		for volume, p := range probes {
+			if phase.which(volume) && !p.returned(wctx) && ctx.Err() != nil {
+				cancel()
+				return false
+			}
+		}
+		cancel()
 	}
+	return true
 }
 
 // returned waits for p until ctx is done and says whether p returned; a

@@ -368,7 +368,7 @@ func targetName(volume string, name func(string) string) (string, error) {
 // one. A check stuck past its deadline marks its entry Unchecked and the
 // next check of that entry is not asked.
 func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing) {
-	hung := e.answered(ctx, launcher, ls)
+	a := e.answered(ctx, launcher, ls)
 	// The pass's checks find the launcher pod's cgroups once, not twice
 	// per bind: those walks were nearly a tenth of a cold start's CPU on
 	// the scale node.
@@ -381,9 +381,12 @@ func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing)
 		if !o.Healthy(o.Mode) {
 			continue
 		}
-		if o.Unchecked = hung[o.Name]; o.Unchecked != nil {
+		if o.Unchecked = a.stuck[o.Name]; o.Unchecked != nil {
 			continue
 		}
+		// Answering: its checks are remembered (answered), so the memos
+		// answer them below and nothing reaches its storage.
+		o.Answering = a.answering[o.Name]
 		e.checkBind(view, launcher, ls.binds[k], o)
 	}
 }

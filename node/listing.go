@@ -146,10 +146,17 @@ func observeBinds(a *mount.Attacher, t *mountinfo.Table, dir string) ([]bind, er
 // whether QEMU holds a stale one, both in one call on the launcher's
 // looker, and only what the memos do not already know (sight.go,
 // held.go). A call stuck past its deadline marks the entry Unchecked.
+// needsChecks says which of the bind's checks its memos do not answer:
+// whether the launcher sees it, and what QEMU holds of a file.
+func (e *Engine) needsChecks(k growKey, b bind) (askSight, askHeld bool) {
+	askSight = !e.sight.has(k, b.entry)
+	askHeld = b.o.Mode == kubevirt.Filesystem && b.entry.mountID != 0 && !e.held.has(k, b.entry)
+	return askSight, askHeld
+}
+
 func (e *Engine) checkBind(view propagation.LauncherView, launcher types.UID, b bind, o *agent.ObservedVolume) {
 	k := growKey{launcher, o.Name}
-	askSight := !e.sight.has(k, b.entry)
-	askHeld := o.Mode == kubevirt.Filesystem && b.entry.mountID != 0 && !e.held.has(k, b.entry)
+	askSight, askHeld := e.needsChecks(k, b)
 	if !askSight && !askHeld {
 		return
 	}
