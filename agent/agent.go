@@ -80,6 +80,9 @@ type vmiState struct {
 	launchers map[types.UID]bool
 	// capacity is the PVC capacity of the last growth check, per volume.
 	capacity map[string]int64
+	// busy counts, per volume, the growth checks in a row that had to
+	// wait (ErrBusy), so that one that keeps waiting is told once.
+	busy map[string]int
 	// warned holds the last Warning message per volume and reason, so a
 	// resync does not repeat an unchanged warning.
 	warned map[string]string

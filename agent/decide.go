@@ -169,6 +169,7 @@ func (st *vmiState) clone() *vmiState {
 	c := *st
 	c.launchers = maps.Clone(st.launchers)
 	c.capacity = maps.Clone(st.capacity)
+	c.busy = maps.Clone(st.busy)
 	c.warned = maps.Clone(st.warned)
 	c.wanted = maps.Clone(st.wanted)
 	c.attach = maps.Clone(st.attach)

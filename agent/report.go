@@ -137,6 +137,16 @@ func (a *Agent) reportPart(st *vmiState, ref *corev1.ObjectReference, log *slog.
 	for name, c := range s.Capacity {
 		st.capacity[name] = c
 	}
+	for name, n := range s.Busy {
+		if n == 0 {
+			delete(st.busy, name)
+			continue
+		}
+		if st.busy == nil {
+			st.busy = map[string]int{}
+		}
+		st.busy[name] = n
+	}
 }
 
 // reportAttach observes what a pass measured of one volume's attach: a

@@ -45,6 +45,9 @@ type summaryInput struct {
 	ReportVolumeStatus bool
 	// LastCapacity is the claim capacity of each volume's last growth check.
 	LastCapacity map[string]int64
+	// Busy counts, per volume, the growth checks in a row that had to wait
+	// (ErrBusy).
+	Busy map[string]int
 }
 
 // summary is what a pass means: the state of every volume, the Events,
@@ -60,6 +63,9 @@ type summary struct {
 	Status  map[string]statusUpdate
 	// Capacity is the claim capacity of each growth check that ran.
 	Capacity map[string]int64
+	// Busy is the new count of growth checks in a row that waited, per
+	// volume whose check ran (0: it did not wait).
+	Busy map[string]int
 	// Requeue: something was attached; check it against a fresh snapshot
 	// soon instead of waiting for the resync.
 	Requeue bool
@@ -297,7 +303,7 @@ func (r *passReport) served(d decision, o observation, done passApplied) {
 	}
 	s := summarize(summaryInput{
 		VMI: d.VMI, Intents: d.Intents, Observed: o.Launcher.Volumes, Applied: done.Done[d.Launcher.UID],
-		ReportVolumeStatus: d.WriteStatus, LastCapacity: maps.Clone(st.capacity),
+		ReportVolumeStatus: d.WriteStatus, LastCapacity: maps.Clone(st.capacity), Busy: maps.Clone(st.busy),
 	})
 	part := len(r.Parts)
 	r.Parts = append(r.Parts, s)
@@ -354,6 +360,7 @@ func pruneState(st *vmiState, intents []volumeIntent) {
 		keep[it.Name] = true
 	}
 	maps.DeleteFunc(st.capacity, func(name string, _ int64) bool { return !keep[name] })
+	maps.DeleteFunc(st.busy, func(name string, _ int) bool { return !keep[name] })
 	maps.DeleteFunc(st.wanted, func(name string, _ time.Time) bool { return !keep[name] })
 	maps.DeleteFunc(st.attach, func(name string, _ attachTimes) bool { return !keep[name] })
 }
@@ -383,7 +390,7 @@ func goneLog(result string, err error) logLine {
 
 // summarize decides what a pass means. It is pure: no I/O, no agent state.
 func summarize(in summaryInput) summary {
-	s := summary{Sizes: map[string]GrowResult{}, Status: map[string]statusUpdate{}, Capacity: map[string]int64{}}
+	s := summary{Sizes: map[string]GrowResult{}, Status: map[string]statusUpdate{}, Capacity: map[string]int64{}, Busy: map[string]int{}}
 	attaches := map[string]applied{}
 	for _, r := range in.Applied {
 		if r.Op.Kind == outcome.Grow && r.Canceled {

@@ -11,6 +11,12 @@ import (
 	"github.com/hpmount/hpmount/outcome"
 )
 
+// busyWarnAfter is how many growth checks in a row may wait (ErrBusy)
+// before the volume gets a Warning: one lost race with NodeExpandVolume is
+// normal, but a check that keeps waiting (a kubelet tree that cannot be
+// read, say) was retried on every pass with nothing said.
+const busyWarnAfter = 3
+
 // grown reports a growth check. A failure is reported but not retried
 // before the next resync or capacity change: retrying a missing capability
 // in a loop helps nobody.
@@ -18,10 +24,16 @@ func (s *summary) grown(in summaryInput, r applied) {
 	v := r.Op.Intent.Desired
 	if errors.Is(r.Err, ErrBusy) {
 		// Lost a race with NodeExpandVolume: no capacity is recorded,
-		// so the next pass checks again; nothing failed.
+		// so the next pass checks again; nothing failed, unless it keeps
+		// waiting.
 		s.Errs = append(s.Errs, fmt.Errorf("grow volume %q: %w", v.Name, r.Err))
+		s.Busy[v.Name] = in.Busy[v.Name] + 1
+		if s.Busy[v.Name] >= busyWarnAfter {
+			s.warn(v.Name, EventExpansionFailed, fmt.Sprintf("Volume %s could not be expanded: its growth checks keep waiting: %v", v.Name, r.Err))
+		}
 		return
 	}
+	s.Busy[v.Name] = 0
 	s.Capacity[v.Name] = v.CapacityBytes
 	if r.Result == outcome.Error {
 		s.Expansions = append(s.Expansions, ExpansionFailed)
