@@ -85,3 +85,39 @@ func CallLive[T any](m *MountNamespace, fn func(*Live) (T, error)) (T, error) {
 		return zero, err
 	}
 }
+
+// CallOwned runs fn as CallLive does, for a value that holds what must be
+// let go (open descriptors, which pin their mounts): one made for a
+// caller that gave up reaches nobody, and left to the garbage collector
+// it kept its mounts busy for as long as the collector waited. Such a
+// value is released exactly once, by fn's side or the caller's, whichever
+// comes second.
+func CallOwned[T any](m *MountNamespace, fn func(*Live) (T, error), release func(T)) (T, error) {
+	out := make(chan T, 1)
+	// 0 running; handedOver once fn's value is in out; givenUp once the
+	// caller left without it.
+	const handedOver, givenUp = 1, 2
+	var state atomic.Int32
+	l := new(Live)
+	err := m.do(l, func() error {
+		v, err := fn(l)
+		out <- v
+		if !state.CompareAndSwap(0, handedOver) {
+			release(<-out)
+		}
+		return err
+	})
+	var zero T
+	if l.Check() != nil {
+		if !state.CompareAndSwap(0, givenUp) {
+			release(<-out)
+		}
+		return zero, err
+	}
+	select {
+	case v := <-out:
+		return v, err
+	default:
+		return zero, err
+	}
+}

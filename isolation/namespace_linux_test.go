@@ -394,3 +394,40 @@ func TestHeldAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// TestCallOwnedReleasesWhatNobodyTakes: a value made after its caller gave
+// up is released once, by the call's side; one the caller takes is never
+// released.
+func TestCallOwnedReleasesWhatNobodyTakes(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ns, err := OpenMountNamespace("/proc/self/ns/mnt")
+	must(t, err)
+	defer ns.Close()
+	ns.SetTimeout(time.Hour)
+	var released atomic.Int32
+	release := func(v int) { released.Add(int32(v)) }
+	if v, err := CallOwned(ns, func(*Live) (int, error) { return 1, nil }, release); v != 1 || err != nil || released.Load() != 0 {
+		t.Fatalf("a taken value: %d, %v, released %d", v, err, released.Load())
+	}
+	d := fakeDeadlines(ns)
+	hold, started, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(returned)
+		v, err := CallOwned(ns, func(*Live) (int, error) { close(started); <-hold; return 10, nil }, release)
+		if v != 0 || !errors.Is(err, ErrStuck) {
+			t.Errorf("a value given up on: %d, %v; want 0 and ErrStuck", v, err)
+		}
+	}()
+	deadline := d.next(t)
+	<-started
+	deadline <- time.Now()
+	<-returned
+	close(hold)
+	hang := time.Now().Add(10 * time.Second) // detects a hang only
+	for released.Load() != 10 {
+		if time.Now().After(hang) {
+			t.Fatalf("released %d after 10 s, want 10 (once)", released.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

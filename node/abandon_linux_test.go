@@ -466,3 +466,38 @@ func TestProbeWaitHoldsNoWorker(t *testing.T) {
 	}
 	fs.Abort()
 }
+
+// TestAbandonedListingClosesItsBinds (#37, defect 7): a listing given up
+// at its deadline after it opened the launcher's binds to probe closes
+// them when it returns. Left to the garbage collector, those O_PATH
+// descriptors kept the volumes' mounts busy.
+func TestAbandonedListingClosesItsBinds(t *testing.T) {
+	n := newLinkedRoot(t)
+	_, _, e := n.ownLauncherView(t)
+	ctx := context.Background()
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+		t.Fatalf("attach = %s, %v; want mounted", r, err)
+	}
+	openFDs := func() int {
+		fds, err := os.ReadDir("/proc/self/fd")
+		must(t, err)
+		return len(fds)
+	}
+	before := openFDs()
+	release := make(chan struct{})
+	listed = func() { <-release }
+	defer func() { listed = nil }()
+	snap, err = e.Snapshot(ctx)
+	must(t, err)
+	if _, err := e.Observe(ctx, snap, launcherUID); !errors.Is(err, agent.ErrStuck) {
+		t.Fatalf("observe while the listing is held = %v, want agent.ErrStuck", err)
+	}
+	close(release)
+	waitUnstuck(t, e.lookerOf(launcherUID).ns)
+	if after := openFDs(); after != before {
+		t.Fatalf("%d descriptors open after the abandoned listing returned, %d before", after, before)
+	}
+}

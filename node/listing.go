@@ -36,6 +36,17 @@ type listing struct {
 	bound map[string]*os.File
 }
 
+// close closes the binds the listing opened.
+func (ls listing) close() {
+	for _, f := range ls.bound {
+		f.Close()
+	}
+}
+
+// listed, when set, runs at the end of each listing, on its thread: tests
+// hold a listing there past its deadline.
+var listed func()
+
 // list reads the launcher's listing. hung names the volumes whose storage
 // has a probe pending: their binds are not opened again. It is read before
 // the call: an abandoned call reads no memo.
@@ -51,12 +62,14 @@ func (e *Engine) list(s agent.Snapshot, launcher types.UID, hung map[string]bool
 	default:
 		return listing{}, fmt.Errorf("snapshot %T is not a mount table", s)
 	}
-	ls, err := isolation.Call(l.ns, func() (listing, error) { return e.listHere(l.here, t, launcher, hung) })
+	// A listing given up on closes the binds it opened: left to the
+	// garbage collector, they kept the volumes' mounts busy.
+	ls, err := isolation.CallOwned(l.ns, func(*isolation.Live) (listing, error) { return e.listHere(l.here, t, launcher, hung) }, listing.close)
 	if bs, ok := s.(*beneathSnapshot); ok && errors.Is(err, errCovered) {
 		if t, err = bs.wholeTable(e); err != nil {
 			return listing{}, err
 		}
-		ls, err = isolation.Call(l.ns, func() (listing, error) { return e.listHere(l.here, t, launcher, hung) })
+		ls, err = isolation.CallOwned(l.ns, func(*isolation.Live) (listing, error) { return e.listHere(l.here, t, launcher, hung) }, listing.close)
 	} else if ok && err == nil {
 		bs.keep(launcher, ls.t)
 	}
@@ -115,6 +128,9 @@ func (e *Engine) listOpened(a *mount.Attacher, t *mountinfo.Table, dir string, h
 		if f := files[b.target]; f != nil {
 			ls.bound[b.o.Name] = f
 		}
+	}
+	if listed != nil {
+		listed()
 	}
 	return ls, nil
 }
