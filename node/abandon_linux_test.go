@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
+	"github.com/hpmount/hpmount/propagation"
 )
 
 // TestAbandonedAttachBindsNothing (#19, defect 3): an attach held at one of
@@ -499,5 +501,32 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 	waitUnstuck(t, e.lookerOf(launcherUID).ns)
 	if after := openFDs(); after != before {
 		t.Fatalf("%d descriptors open after the abandoned listing returned, %d before", after, before)
+	}
+}
+
+// TestSightAsksEveryProcess (#37, defect 7): the launcher's check asks
+// every process of the pod, up to the bound Held reads, not the first 256:
+// here the one process that mounts hotplug-disks comes after 300 that are
+// gone, and the launcher is still seen.
+func TestSightAsksEveryProcess(t *testing.T) {
+	n := newLinkedRoot(t)
+	l, procs, e := n.ownLauncherView(t)
+	ctx := context.Background()
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+		t.Fatalf("attach = %s, %v; want mounted", r, err)
+	}
+	// Pids above the kernel's pid_max limit (4194304) never exist.
+	var list strings.Builder
+	for i := range 300 {
+		fmt.Fprintln(&list, 1<<22+1+i)
+	}
+	fmt.Fprintln(&list, l.Pid)
+	must(t, os.WriteFile(procs, []byte(list.String()), 0o644))
+	look, err := e.view.Check(e.root.Path, hotplugDisks(launcherUID), string(launcherUID), kubelet.TargetName("fs"))
+	if err != nil || look.Sight != propagation.Seen {
+		t.Fatalf("check = %+v, %v; want seen", look, err)
 	}
 }

@@ -41,11 +41,6 @@ func targetIdent(kubeletRoot, hotplugDir, target string) (Ident, error) {
 	return identOf(t)
 }
 
-// maxSightProcs bounds the processes of a launcher pod whose mount
-// namespaces check asks about: a launcher runs a handful of containers,
-// and anything a tenant forks past that adds nothing to the question.
-const maxSightProcs = 256
-
 func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (Look, error) {
 	if v.Dir == "" || v.Pods == nil {
 		return Look{}, nil
@@ -55,12 +50,13 @@ func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (L
 		return Look{}, nil // no pod cgroup: no process to ask
 	}
 	// Read at Held's bound: a settled Pods then reads the pod's processes
-	// once for both questions.
-	pids, _, err := v.Pods.Procs(cgs, maxPodProcs)
+	// once for both questions. Every one is asked (Reached asks one per
+	// mount namespace): a cut at 256 left a launcher whose container's
+	// processes came after the others' unasked, and NoView.
+	pids, more, err := v.Pods.Procs(cgs, maxPodProcs)
 	if err != nil || len(pids) == 0 {
 		return Look{}, nil
 	}
-	pids = pids[:min(len(pids), maxSightProcs)]
 	dir, t, err := openTarget(kubeletRoot, hotplugDir, target)
 	if err != nil {
 		return Look{}, err
@@ -80,5 +76,10 @@ func (v LauncherView) check(kubeletRoot, hotplugDir, launcher, target string) (L
 		return Look{MountID: id}, err
 	}
 	sight, binds, err := Reached(l, target, want)
+	if more && sight != Seen {
+		// A list cut short could leave out the process that sees it:
+		// unknown, asked again, never NotSeen.
+		return Look{MountID: id}, nil
+	}
 	return Look{Sight: sight, MountID: id, Binds: binds}, err
 }
