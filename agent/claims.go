@@ -50,7 +50,15 @@ import (
 // A claim that is not found is not asked for again for a while, for the
 // same attachment pods (absentFirst): a ready attachment pod carries
 // every claim it names, so it is a VMI naming claims that do not exist,
-// and what it names must not cost the node a read per claim and pass.
+// and what it names must not cost the node a read per claim and pass. A
+// complete list of its namespace that does not hold it says so as well
+// as a GET would, and the first wait is as long as a namespace waits
+// between lists, so that claims found missing together are asked for
+// again by one list, not one GET each: a VMI naming 3,000 claims that do
+// not exist cost 3,000 GETs on its first pass and again at every expiry,
+// at the client's 50 a second a minute of the node's API budget each
+// time (#37). Whatever is left to read by name, a pass reads at most
+// claimGetsPerPass of per namespace.
 //
 // A node starting with hundreds of VMIs would send one GET per claim at
 // once, and the client's rate limit (50 a second) would set the pace: a
@@ -77,8 +85,12 @@ const (
 	// absentFirst and absentMax bound how long a claim found missing for
 	// an attachment pod is not asked for again: the wait doubles from the
 	// first to the most while the claim stays missing.
-	absentFirst = 5 * time.Second
+	absentFirst = fillEvery
 	absentMax   = 5 * time.Minute
+	// claimGetsPerPass bounds the claims of one namespace a pass reads by
+	// name; the others wait for a later pass (a transient error, retried
+	// with the queue's backoff).
+	claimGetsPerPass = 64
 )
 
 // claimEntry is what the cache remembers of one bound claim.
@@ -312,7 +324,12 @@ func (c *claimCache) resolver(ctx context.Context, ns string, needs map[string][
 		c.fillIfDue(ctx, ns, len(missing), nsNeeds)
 		missing = c.fromCache(ns, needs, results)
 	}
-	for _, claim := range missing {
+	for i, claim := range missing {
+		if i >= claimGetsPerPass {
+			results[claim] = claimResult{err: fmt.Errorf("persistentvolumeclaim %s/%s: not read in this pass: %d claims of the namespace are to be read by name, %d a pass",
+				ns, claim, len(missing), claimGetsPerPass)}
+			continue
+		}
 		results[claim] = c.read(ctx, ns, claim, needs[claim])
 	}
 	return func(ns, claim string) (string, error) {
@@ -364,9 +381,10 @@ func (c *claimCache) fillIfDue(ctx context.Context, ns string, n int, nsNeeds fu
 }
 
 // listNamespace lists namespace ns, if it holds at most fillFactor times the
-// claims of wanted (claim name → attachment pods), and remembers those of
-// wanted found bound in it. A failed list changes nothing: the claims are
-// then read one by one.
+// claims of wanted (claim name → attachment pods), remembers those of
+// wanted found bound in it, and those a complete list did not hold as
+// missing. A failed list changes nothing: the claims are then read one by
+// one.
 func (c *claimCache) listNamespace(ctx context.Context, ns string, wanted map[string][]types.UID) {
 	ctx, cancel := context.WithTimeout(ctx, claimReadTimeout)
 	defer cancel()
@@ -374,20 +392,27 @@ func (c *claimCache) listNamespace(ctx context.Context, ns string, wanted map[st
 		return
 	}
 	opts := metav1.ListOptions{Limit: fillPage}
+	found := map[string]bool{}
 	for {
 		list, err := c.kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, opts)
 		if err != nil {
 			return
 		}
 		for i := range list.Items {
+			found[list.Items[i].Name] = true
 			if pods, ok := wanted[list.Items[i].Name]; ok {
 				c.keep(&list.Items[i], pods)
 			}
 		}
 		if list.Continue == "" {
-			return
+			break
 		}
 		opts.Continue = list.Continue
+	}
+	for claim, pods := range wanted {
+		if !found[claim] {
+			c.missing(ns+"/"+claim, pods)
+		}
 	}
 }
 

@@ -274,42 +274,64 @@ func TestClaimBeingDeletedIsNotRemembered(t *testing.T) {
 }
 
 // TestClaimNotFoundIsNotReadEveryPass: a VMI whose ready attachment pod
-// names 50 claims that do not exist costs 50 GETs once, not on every pass;
-// they are asked for again only once their wait ran out, and the wait
-// doubles while they stay missing. A claim created meanwhile is read for
-// a new attachment pod at once.
+// names claims that do not exist costs their reads once, not on every
+// pass: by a list of their namespace, which says they are missing as a
+// GET would, or where the namespace is too large to list, one GET each,
+// at most claimGetsPerPass a pass. They are asked for again only once
+// their wait ran out, the wait doubling while they stay missing, and a
+// namespace that can be listed is listed again then, not read by name (on
+// the old code 50 claims cost 50 GETs at every expiry, and 3,000 a minute
+// of the node's API budget). A claim created meanwhile is read for a new
+// attachment pod at once.
 func TestClaimNotFoundIsNotReadEveryPass(t *testing.T) {
-	ta := standardAgent(t, func(c *Config) { c.GrowFilesystems = false })
-	now := time.Now()
-	ta.claims.now = func() time.Time { return now }
-	var vols []vol
-	for i := range 50 {
-		vols = append(vols, vol{Name: fmt.Sprintf("v%d", i), Claim: fmt.Sprintf("missing-%d", i), AttachUID: attachUID})
+	for _, tc := range []struct {
+		name           string
+		claims, others int
+		// first and again are the claim requests of the first pass and
+		// of the first after the wait (-1: not looked at); second those
+		// of the pass right after the first.
+		first, second, again int
+	}{
+		{"a namespace that can be listed", 50, 0, 2, 0, 2},
+		{"a namespace too large to list", 50, 200, 51, 0, 51},
+		{"more missing than a pass reads by name", 100, 300, 1 + claimGetsPerPass, 100 - claimGetsPerPass, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ta := notFoundAgent(t, tc.claims, tc.others)
+			now := time.Now()
+			ta.claims.now = func() time.Time { return now }
+			pass := func() int {
+				t.Helper()
+				before := ta.claimCalls("get") + ta.claimCalls("list")
+				_ = ta.reconcile(context.Background(), testKey)
+				return ta.claimCalls("get") + ta.claimCalls("list") - before
+			}
+			if n := pass(); n != tc.first {
+				t.Fatalf("the first pass made %d claim requests, want %d", n, tc.first)
+			}
+			if n := pass(); n != tc.second {
+				t.Fatalf("the second pass made %d claim requests, want %d", n, tc.second)
+			}
+			for i := range 2 {
+				if n := pass(); n != 0 {
+					t.Fatalf("pass %d within the wait made %d claim requests, want 0", i+3, n)
+				}
+			}
+			if tc.again < 0 {
+				return
+			}
+			now = now.Add(absentFirst)
+			if n := pass(); n != tc.again {
+				t.Fatalf("the pass after the wait made %d claim requests, want %d", n, tc.again)
+			}
+			now = now.Add(absentFirst)
+			if n := pass(); n != 0 {
+				t.Fatalf("a pass within the doubled wait made %d claim requests, want 0", n)
+			}
+		})
 	}
-	ta.setVMI(t, vmiObject(vols...))
-	pass := func() int {
-		t.Helper()
-		before := ta.claimCalls("get") + ta.claimCalls("list")
-		_ = ta.reconcile(context.Background(), testKey)
-		return ta.claimCalls("get") + ta.claimCalls("list") - before
-	}
-	first := pass()
-	if first < 50 {
-		t.Fatalf("the first pass made %d claim requests, want a read of each of the 50", first)
-	}
-	for i := range 3 {
-		if n := pass(); n != 0 {
-			t.Fatalf("pass %d within the wait made %d claim requests, want 0", i+2, n)
-		}
-	}
-	now = now.Add(absentFirst)
-	if n := pass(); n < 50 {
-		t.Fatalf("the pass after the wait made %d claim requests, want the 50 asked again", n)
-	}
-	now = now.Add(absentFirst)
-	if n := pass(); n != 0 {
-		t.Fatalf("a pass within the doubled wait made %d claim requests, want 0", n)
-	}
+	ta := notFoundAgent(t, 50, 0)
+	_ = ta.reconcile(context.Background(), testKey)
 	// The claim appears, and a new attachment pod names it.
 	ta.setClaim(t, kt.PVC("missing-0", "pv-0"))
 	ta.addPods(t, attachmentPod(func(p *corev1.Pod) { p.UID = "attach-uid-2" }))
@@ -317,4 +339,21 @@ func TestClaimNotFoundIsNotReadEveryPass(t *testing.T) {
 	if err := ta.reconcile(context.Background(), testKey); err != nil {
 		t.Fatalf("reconcile once the claim exists: %v", err)
 	}
+}
+
+// notFoundAgent is an agent whose VMI names claims claims that do not
+// exist, in a namespace that holds others more.
+func notFoundAgent(t *testing.T, claims, others int) *testAgent {
+	var objs []runtime.Object
+	for i := range others {
+		objs = append(objs, pvc(fmt.Sprintf("other%d", i), "pv"))
+	}
+	ta := newTestAgent(t, func(c *Config) { c.GrowFilesystems = false }, objs...)
+	ta.addPods(t, launcherPod(), attachmentPod())
+	var vols []vol
+	for i := range claims {
+		vols = append(vols, vol{Name: fmt.Sprintf("v%d", i), Claim: fmt.Sprintf("missing-%d", i), AttachUID: attachUID})
+	}
+	ta.setVMI(t, vmiObject(vols...))
+	return ta
 }
