@@ -48,3 +48,18 @@ func CounterDelta(before, after map[string]float64) map[string]float64 {
 	}
 	return d
 }
+
+// Gauge reads the one sample of the unlabelled metric name (a gauge, or a
+// histogram's _count or _sum) from Prometheus text.
+func Gauge(text, name string) (float64, error) {
+	for _, line := range strings.Split(text, "\n") {
+		if value, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				return 0, fmt.Errorf("metric line %q: %w", line, err)
+			}
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("no sample of %s", name)
+}
