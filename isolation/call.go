@@ -67,23 +67,7 @@ func Call[T any](m *MountNamespace, fn func() (T, error)) (T, error) {
 // reads. A call that did not finish, or that finished only after its
 // caller gave up, returns T's zero value with Do's error.
 func CallLive[T any](m *MountNamespace, fn func(*Live) (T, error)) (T, error) {
-	out := make(chan T, 1)
-	l := new(Live)
-	err := m.do(l, func() error {
-		v, err := fn(l)
-		out <- v
-		return err
-	})
-	var zero T
-	if l.Check() != nil {
-		return zero, err
-	}
-	select {
-	case v := <-out:
-		return v, err
-	default:
-		return zero, err
-	}
+	return CallOwned(m, fn, nil)
 }
 
 // CallOwned runs fn as CallLive does, for a value that holds what must be
@@ -91,7 +75,7 @@ func CallLive[T any](m *MountNamespace, fn func(*Live) (T, error)) (T, error) {
 // caller that gave up reaches nobody, and left to the garbage collector
 // it kept its mounts busy for as long as the collector waited. Such a
 // value is released exactly once, by fn's side or the caller's, whichever
-// comes second.
+// comes second; a nil release leaves it to the collector.
 func CallOwned[T any](m *MountNamespace, fn func(*Live) (T, error), release func(T)) (T, error) {
 	out := make(chan T, 1)
 	// 0 running; handedOver once fn's value is in out; givenUp once the
@@ -102,14 +86,14 @@ func CallOwned[T any](m *MountNamespace, fn func(*Live) (T, error), release func
 	err := m.do(l, func() error {
 		v, err := fn(l)
 		out <- v
-		if !state.CompareAndSwap(0, handedOver) {
+		if !state.CompareAndSwap(0, handedOver) && release != nil {
 			release(<-out)
 		}
 		return err
 	})
 	var zero T
 	if l.Check() != nil {
-		if !state.CompareAndSwap(0, givenUp) {
+		if !state.CompareAndSwap(0, givenUp) && release != nil {
 			release(<-out)
 		}
 		return zero, err

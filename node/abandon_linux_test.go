@@ -477,12 +477,7 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 	n := newLinkedRoot(t)
 	_, _, e := n.ownLauncherView(t)
 	ctx := context.Background()
-	snap, err := e.Snapshot(ctx)
-	must(t, err)
-	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
-	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
-		t.Fatalf("attach = %s, %v; want mounted", r, err)
-	}
+	attachFS(t, e)
 	openFDs := func() int {
 		fds, err := os.ReadDir("/proc/self/fd")
 		must(t, err)
@@ -492,7 +487,7 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 	release := make(chan struct{})
 	listed = func() { <-release }
 	defer func() { listed = nil }()
-	snap, err = e.Snapshot(ctx)
+	snap, err := e.Snapshot(ctx)
 	must(t, err)
 	if _, err := e.Observe(ctx, snap, launcherUID); !errors.Is(err, agent.ErrStuck) {
 		t.Fatalf("observe while the listing is held = %v, want agent.ErrStuck", err)
@@ -511,13 +506,7 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 func TestSightAsksEveryProcess(t *testing.T) {
 	n := newLinkedRoot(t)
 	l, procs, e := n.ownLauncherView(t)
-	ctx := context.Background()
-	snap, err := e.Snapshot(ctx)
-	must(t, err)
-	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
-	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
-		t.Fatalf("attach = %s, %v; want mounted", r, err)
-	}
+	attachFS(t, e)
 	// Pids above the kernel's pid_max limit (4194304) never exist.
 	var list strings.Builder
 	for i := range 300 {
@@ -528,5 +517,17 @@ func TestSightAsksEveryProcess(t *testing.T) {
 	look, err := e.view.Check(e.root.Path, hotplugDisks(launcherUID), string(launcherUID), kubelet.TargetName("fs"))
 	if err != nil || look.Sight != propagation.Seen {
 		t.Fatalf("check = %+v, %v; want seen", look, err)
+	}
+}
+
+// attachFS attaches the linked root's filesystem volume "fs".
+func attachFS(t *testing.T, e *Engine) {
+	t.Helper()
+	ctx := context.Background()
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
+		t.Fatalf("attach = %s, %v; want mounted", r, err)
 	}
 }

@@ -252,11 +252,7 @@ func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
 // volume's: one mounted on hotplug-disks is refused before any write.)
 func TestStuckCallIsAbandoned(t *testing.T) {
 	n := newLinkedRoot(t)
-	const frozenLauncher, frozenAttach = types.UID("33333333-frozen"), types.UID("44444444-frozen-attach")
-	must(t, os.MkdirAll(filepath.Join(n.real, kubelet.HotplugDisksDir(string(frozenLauncher))), 0o755))
-	frozenDir := filepath.Join(n.real, kubelet.VolumesDir(string(frozenAttach)), "kubernetes.io~csi", "pv-frozen", "mount")
-	testutil.NewFilesystem(t, "ext4", 16<<20, frozenDir)
-	must(t, os.WriteFile(filepath.Join(frozenDir, "disk.img"), make([]byte, 1<<20), 0o644))
+	frozenDir, frozen := n.frozenVolume(t)
 	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
 		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107,
 		CallTimeout: 300 * time.Millisecond})
@@ -275,8 +271,6 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 	ctx := context.Background()
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
-	frozen := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: frozenLauncher,
-		Source: agent.Source{AttachmentPodUID: frozenAttach, PVName: "pv-frozen"}}
 	start := time.Now()
 	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, agent.ErrStuck) {
 		t.Fatalf("attach into a frozen filesystem = %v, want agent.ErrStuck", err)
@@ -300,7 +294,7 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 	// The stuck thread waits on the frozen filesystem where no signal
 	// reaches it: a restart would not end it, so liveness passes.
 	const limit = 200 * time.Millisecond
-	hung := hungRunner(t, e.calls, frozenLauncher, "fs", "attach")
+	hung := hungRunner(t, e.calls, frozen.LauncherUID, "fs", "attach")
 	waitStuckPast(t, hung, limit, 'D')
 	if err := e.Liveness(limit)(); err != nil {
 		t.Fatalf("liveness fails for a call in uninterruptible sleep: %v", err)
@@ -310,13 +304,26 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 	waitHeld(t, e.calls, 0)
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
-	for _, l := range []types.UID{launcherUID, frozenLauncher} {
+	for _, l := range []types.UID{launcherUID, frozen.LauncherUID} {
 		obs, err := e.Observe(ctx, snap, l)
 		must(t, err)
 		for _, o := range obs {
 			_, _ = e.Detach(ctx, snap, l, o)
 		}
 	}
+}
+
+// frozenVolume publishes an ext4 volume for another launcher, to be
+// frozen by the test, and returns its mount and the volume.
+func (n *linkedRoot) frozenVolume(t *testing.T) (string, agent.DesiredVolume) {
+	t.Helper()
+	const launcher, attach = types.UID("33333333-frozen"), types.UID("44444444-frozen-attach")
+	must(t, os.MkdirAll(filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcher))), 0o755))
+	dir := filepath.Join(n.real, kubelet.VolumesDir(string(attach)), "kubernetes.io~csi", "pv-frozen", "mount")
+	testutil.NewFilesystem(t, "ext4", 16<<20, dir)
+	must(t, os.WriteFile(filepath.Join(dir, "disk.img"), make([]byte, 1<<20), 0o644))
+	return dir, agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcher,
+		Source: agent.Source{AttachmentPodUID: attach, PVName: "pv-frozen"}}
 }
 
 // hungRunner is the runner of c holding the launcher's volume's call given
@@ -579,11 +586,7 @@ func TestBlockWithoutComputeContainer(t *testing.T) {
 // they waited for the thaw (or the deadline).
 func TestHungStorageHoldsOnlyItsVolume(t *testing.T) {
 	n := newLinkedRoot(t)
-	const frozenLauncher, frozenAttach = types.UID("33333333-frozen"), types.UID("44444444-frozen-attach")
-	must(t, os.MkdirAll(filepath.Join(n.real, kubelet.HotplugDisksDir(string(frozenLauncher))), 0o755))
-	frozenDir := filepath.Join(n.real, kubelet.VolumesDir(string(frozenAttach)), "kubernetes.io~csi", "pv-frozen", "mount")
-	testutil.NewFilesystem(t, "ext4", 16<<20, frozenDir)
-	must(t, os.WriteFile(filepath.Join(frozenDir, "disk.img"), make([]byte, 1<<20), 0o644))
+	frozenDir, frozen := n.frozenVolume(t)
 	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
 		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
 	must(t, err)
@@ -595,8 +598,6 @@ func TestHungStorageHoldsOnlyItsVolume(t *testing.T) {
 	ctx := context.Background()
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
-	frozen := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: frozenLauncher,
-		Source: agent.Source{AttachmentPodUID: frozenAttach, PVName: "pv-frozen"}}
 	frozenDone := make(chan error, 1)
 	go func() {
 		_, err := e.Attach(ctx, snap, frozen)
@@ -638,7 +639,7 @@ func TestHungStorageHoldsOnlyItsVolume(t *testing.T) {
 	}
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
-	for _, l := range []types.UID{launcherUID, frozenLauncher} {
+	for _, l := range []types.UID{launcherUID, frozen.LauncherUID} {
 		obs, err := e.Observe(ctx, snap, l)
 		must(t, err)
 		for _, o := range obs {
