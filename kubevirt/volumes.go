@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubelet"
@@ -367,12 +366,24 @@ func (s *VolumeStatus) Mode() VolumeMode {
 // without a launcher chosen yet, so that a pod the VMI's status names
 // costs nothing unless Place could accept it.
 func OwnedAttachmentPod(vmi *VMI, pod *corev1.Pod, pods PodLookup) bool {
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil {
+	owner, ok := controllerOf(pod)
+	if !ok {
 		return false
 	}
-	launcher, ok := pods.PodByUID(owner.UID)
+	launcher, ok := pods.PodByUID(owner)
 	return ok && CheckLauncher(vmi, launcher.Spec.NodeName, launcher) == nil && CheckAttachmentPod(launcher, pod) == nil
+}
+
+// controllerOf is the UID of the pod's controller, as
+// metav1.GetControllerOf finds it, without the copy that one allocates:
+// every pass asks it of every volume's attachment pod (ClaimPods).
+func controllerOf(pod *corev1.Pod) (types.UID, bool) {
+	for i := range pod.OwnerReferences {
+		if r := &pod.OwnerReferences[i]; r.Controller != nil && *r.Controller {
+			return r.UID, true
+		}
+	}
+	return "", false
 }
 
 // CheckAttachmentPod verifies that pod belongs to launcher before any of
@@ -385,7 +396,7 @@ func CheckAttachmentPod(launcher, pod *corev1.Pod) *Refusal {
 	case pod.Labels[LabelApp] != AppHotplugDisk:
 		return refusef(RefusedAttachLabel, "pod %s/%s is not labelled %s=%s", pod.Namespace, pod.Name, LabelApp, AppHotplugDisk)
 	}
-	if owner := metav1.GetControllerOf(pod); owner == nil || owner.UID != launcher.UID {
+	if owner, ok := controllerOf(pod); !ok || owner != launcher.UID {
 		return refusef(RefusedAttachOwner, "attachment pod %s/%s is not controlled by virt-launcher pod %s (uid %s)", pod.Namespace, pod.Name, launcher.Name, launcher.UID)
 	}
 	return nil
