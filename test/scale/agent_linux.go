@@ -29,12 +29,17 @@ type agent struct {
 
 // startAgent runs the agent with this process's namespace as its host.
 func (e *env) startAgent(resync time.Duration) (*agent, error) {
+	return e.startAgentWith(e.agentKC, resync)
+}
+
+// startAgentWith starts the agent with the kubeconfig kc.
+func (e *env) startAgentWith(kc string, resync time.Duration) (*agent, error) {
 	log, err := os.OpenFile(e.agentLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
-	a, err := harness.StartAgent(harness.AgentOptions{Binary: e.opts.binary, Kubeconfig: e.agentKC, Node: e.node,
+	a, err := harness.StartAgent(harness.AgentOptions{Binary: e.opts.binary, Kubeconfig: kc, Node: e.node,
 		Resync: resync, Args: e.opts.agentArgs, Log: log})
 	if err != nil {
 		return nil, err

@@ -72,7 +72,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.settle, "settle", time.Minute, "time with nothing changing before the settled RSS is read")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "save the agent's CPU profile of the idle window here (runs the agent with --profiling)")
 	flag.IntVar(&o.qemuVMIs, "qemu-launchers", 20, "VMIs of the loaded node whose launcher runs a real QEMU for the VMI-change-to-QEMU row (0: skip)")
-	flag.StringVar(&o.steps, "steps", "fresh,cold,claims,loaded,fleet,big", "measurements to run, in this order")
+	flag.StringVar(&o.steps, "steps", "fresh,cold,claims,loaded,faults,fleet,big", "measurements to run, in this order")
 	flag.IntVar(&o.clusterClaims, "cluster-claims", 20000, "claims in the cluster for the claim rows, the node's included")
 	flag.StringVar(&o.startProfile, "start-profile", "", "save the agent's CPU profile of its first cold start (3 s from its exec) here (runs the agent with --profiling)")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the agent's heap profile after the idle window here (runs the agent with --profiling)")
@@ -110,6 +110,8 @@ type env struct {
 	// otherClaims is how many claims of other namespaces the cluster
 	// holds (claims_linux.go).
 	otherClaims int
+	// extra numbers the volumes attachRuns adds, across its calls.
+	extra int
 }
 
 func main() {

@@ -39,6 +39,7 @@ func (e *env) measureAll() error {
 		{"cold", "cold start", e.measureColdStart},
 		{"claims", "claims of a large cluster", e.measureClaims},
 		{"loaded", "loaded node", e.measureLoadedNode},
+		{"faults", "loaded node beside faulty VMIs", e.measureFaults},
 		{"fleet", fmt.Sprintf("cluster of %d agents", fleetNodes), e.measureFleet},
 		{"big", fmt.Sprintf("%d VMIs", e.opts.bigVMIs), e.measureBig},
 	}
@@ -234,38 +235,50 @@ func (e *env) nodeSize() string {
 
 // measureAttaches hotplugs one more volume into a VMI of the loaded node,
 // from the API update to the target being mounted, and removes it again.
-func (e *env) measureAttaches(a *agent) error {
-	var runs []float64
-	for i := range e.opts.attaches {
-		v := e.vms[rand.IntN(len(e.vms))]
-		vol := simnode.Volume{Name: fmt.Sprintf("extra%03d", i), Claim: fmt.Sprintf("claim-%s-extra%03d", v.name, i),
-			PV: fmt.Sprintf("pv-%s-extra%03d", v.name, i), Capacity: fmt.Sprintf("%dMi", volMiB)}
-		if err := e.ctrl.CreatePVC(e.ctx, vmNS, vol); err != nil {
-			return err
-		}
-		if err := e.publish(v.attach, vol); err != nil {
-			return err
-		}
-		v.vols = append(v.vols, vol)
-		start := time.Now()
-		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
-			return err
-		}
-		if err := waitFor(func() bool { return isMountPoint(e.target(v, vol)) }); err != nil {
-			return fmt.Errorf("attach %s: %w", vol.Name, err)
-		}
-		runs = append(runs, time.Since(start).Seconds())
-		v.vols = v.vols[:len(v.vols)-1]
-		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
-			return err
-		}
-		if err := waitFor(func() bool { _, err := os.Lstat(e.target(v, vol)); return os.IsNotExist(err) }); err != nil {
-			return fmt.Errorf("detach %s: %w", vol.Name, err)
-		}
+func (e *env) measureAttaches(*agent) error {
+	runs, err := e.attachRuns(e.opts.attaches)
+	if err != nil {
+		return err
 	}
 	e.report.add(row{what: "one attach on the loaded node, API update to target mounted", unit: "ms", runs: scale(runs, 1000), target: 250,
 		targetOn: "p99", note: fmt.Sprintf("%d attaches, each removed again", len(runs))})
 	return nil
+}
+
+// attachRuns hotplugs n volumes one at a time, each into a VMI of the
+// loaded node and removed again, and returns how long each took from the
+// API update to the target being mounted, in seconds.
+func (e *env) attachRuns(n int) ([]float64, error) {
+	var runs []float64
+	for range n {
+		v := e.vms[rand.IntN(len(e.vms))]
+		e.extra++
+		vol := simnode.Volume{Name: fmt.Sprintf("extra%03d", e.extra), Claim: fmt.Sprintf("claim-%s-extra%03d", v.name, e.extra),
+			PV: fmt.Sprintf("pv-%s-extra%03d", v.name, e.extra), Capacity: fmt.Sprintf("%dMi", volMiB)}
+		if err := e.ctrl.CreatePVC(e.ctx, vmNS, vol); err != nil {
+			return nil, err
+		}
+		if err := e.publish(v.attach, vol); err != nil {
+			return nil, err
+		}
+		v.vols = append(v.vols, vol)
+		start := time.Now()
+		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
+			return nil, err
+		}
+		if err := waitFor(func() bool { return isMountPoint(e.target(v, vol)) }); err != nil {
+			return nil, fmt.Errorf("attach %s: %w", vol.Name, err)
+		}
+		runs = append(runs, time.Since(start).Seconds())
+		v.vols = v.vols[:len(v.vols)-1]
+		if _, err := e.ctrl.ApplyVMI(e.ctx, v.spec()); err != nil {
+			return nil, err
+		}
+		if err := waitFor(func() bool { _, err := os.Lstat(e.target(v, vol)); return os.IsNotExist(err) }); err != nil {
+			return nil, fmt.Errorf("detach %s: %w", vol.Name, err)
+		}
+	}
+	return runs, nil
 }
 
 // repairRounds and repairPace are the foreign unmounts measureRepairs
