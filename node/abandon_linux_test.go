@@ -531,3 +531,44 @@ func attachFS(t *testing.T, e *Engine) {
 		t.Fatalf("attach = %s, %v; want mounted", r, err)
 	}
 }
+
+// TestHeldThreadsAreBounded (#37): calls given up on hold their threads
+// until they return, one per volume and kind of call, and never more than
+// the limit at once: past it every storage call fails at once, and holds
+// nothing, until one returns.
+func TestHeldThreadsAreBounded(t *testing.T) {
+	testutil.RequiresRoot(t)
+	c := newStorageCalls("/proc/self/ns/mnt", 50*time.Millisecond)
+	defer c.close()
+	c.limit = 2
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	hang := func(ns *isolation.MountNamespace) error { return ns.Do(func() error { <-release; return nil }) }
+	for i, want := range []error{isolation.ErrStuck, isolation.ErrStuck, agent.ErrStuck} {
+		ran := false
+		err := c.run(growKey{"launcher", fmt.Sprint("v", i)}, "attach", func(ns *isolation.MountNamespace) error {
+			ran = true
+			return hang(ns)
+		})
+		if !errors.Is(err, want) {
+			t.Fatalf("call %d = %v, want %v", i, err, want)
+		}
+		if i == 2 && (ran || !strings.Contains(err.Error(), "at most 2")) {
+			t.Fatalf("the call past the limit ran (%v) or said %v", ran, err)
+		}
+	}
+	if n := c.held(); n != 2 {
+		t.Fatalf("%d threads held, want 2", n)
+	}
+	close(release)
+	waitHeld(t, c, 0)
+	if err := c.run(growKey{"launcher", "v2"}, "attach", func(*isolation.MountNamespace) error { return nil }); err != nil {
+		t.Fatalf("a call once the held ones returned: %v", err)
+	}
+}

@@ -50,9 +50,8 @@ const heldLimit = 64
 type storageCalls struct {
 	nsPath  string
 	timeout time.Duration
-	limit   int
-	// open starts a runner (isolation.OpenMountNamespace; tests replace it).
-	open func(string) (*isolation.MountNamespace, error)
+	// limit is heldLimit; tests lower it.
+	limit int
 
 	mu   sync.Mutex
 	idle []*isolation.MountNamespace
@@ -78,8 +77,7 @@ type hungCall struct {
 }
 
 func newStorageCalls(nsPath string, timeout time.Duration) *storageCalls {
-	return &storageCalls{nsPath: nsPath, timeout: timeout, limit: heldLimit, open: isolation.OpenMountNamespace,
-		hung: map[hungKey]hungCall{}}
+	return &storageCalls{nsPath: nsPath, timeout: timeout, limit: heldLimit, hung: map[hungKey]hungCall{}}
 }
 
 // run runs fn, the volume k's call, on a runner of its own. It refuses at
@@ -117,7 +115,7 @@ func (c *storageCalls) take(k hungKey) (*isolation.MountNamespace, error) {
 		ns.SetTimeout(c.timeout)
 		return ns, nil
 	}
-	ns, err := c.open(c.nsPath)
+	ns, err := isolation.OpenMountNamespace(c.nsPath)
 	if err != nil {
 		c.noThread = err
 		return nil, fmt.Errorf("%s of volume %q: no thread in the host mount namespace: %w", what, k.volume.name, err)
