@@ -249,7 +249,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{"HpmountVolumeNotMounted", "HpmountTenantContentRefused", "HpmountFilesystemExpansionFailed",
 		"HpmountFilesystemExpansionPending", "HpmountEngineCallStuck", "HpmountAgentDown", "HpmountAgentNotReady",
-		"HpmountMountinfoUnparsed", "HpmountWorkqueueRetries", "HpmountAgentMemoryNearLimit"} {
+		"HpmountMountinfoUnparsed", "HpmountWorkqueueRetries", "HpmountAgentMemoryNearLimit", "HpmountStorageHung"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}
