@@ -30,10 +30,10 @@ import (
 // holds its own check, not every other volume's growth for --grow-timeout.
 // Run side by side from the start, a cold start's hundreds of checks took
 // the CPU its verification needed (0.54 s became 0.69 s on the scale
-// node). The engine asks a hung
-// volume's storage nothing more until its check returns, and the plan
-// sends no check for a volume whose storage did not answer its probe, so
-// only volumes that hang at once, each the first time, take the slots.
+// node). The engine asks a hung volume's storage nothing more until its
+// check returns, and the plan sends no check for a volume whose storage
+// did not answer its probe, so only volumes that hang at once, each the
+// first time, take the slots.
 //
 // Growth also yields to mounts: a batch of checks waits until the
 // reconcile queue is empty, for at most growthYield. At a start every
@@ -266,8 +266,9 @@ func (a *Agent) yieldToMounts(ctx context.Context) {
 }
 
 // runGrowth starts every waiting check in order, each once a slot is free
-// and the one before it finished or ran growthStagger, and brings each VMI back to the queue to report a result that is news.
-// It returns once none waits, while checks may still run.
+// and the one before it finished or ran growthStagger, and brings each VMI
+// back to the queue to report a result that is news. It returns once none
+// waits, while checks may still run.
 func (a *Agent) runGrowth(ctx context.Context) {
 	for ctx.Err() == nil {
 		k, v, ok := a.growth.next()
