@@ -438,12 +438,7 @@ func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 func TestProbeWaitHoldsNoWorker(t *testing.T) {
 	e, fs := hungVolumeEngine(t)
 	ctx := context.Background()
-	snap, err := e.Snapshot(ctx)
-	must(t, err)
-	v := agent.DesiredVolume{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}}
-	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
-		t.Fatalf("attach = %s, %v; want mounted", r, err)
-	}
+	attachFile(t, e, "hung", "pv-hung")
 	observe := func() []agent.ObservedVolume {
 		snap, err := e.Snapshot(ctx)
 		must(t, err)
@@ -477,7 +472,7 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 	n := newLinkedRoot(t)
 	_, _, e := n.ownLauncherView(t)
 	ctx := context.Background()
-	attachFS(t, e)
+	attachFile(t, e, "fs", "pv-fs")
 	openFDs := func() int {
 		fds, err := os.ReadDir("/proc/self/fd")
 		must(t, err)
@@ -506,7 +501,7 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 func TestSightAsksEveryProcess(t *testing.T) {
 	n := newLinkedRoot(t)
 	l, procs, e := n.ownLauncherView(t)
-	attachFS(t, e)
+	attachFile(t, e, "fs", "pv-fs")
 	// Pids above the kernel's pid_max limit (4194304) never exist.
 	var list strings.Builder
 	for i := range 300 {
@@ -520,13 +515,14 @@ func TestSightAsksEveryProcess(t *testing.T) {
 	}
 }
 
-// attachFS attaches the linked root's filesystem volume "fs".
-func attachFS(t *testing.T, e *Engine) {
+// attachFile attaches the filesystem volume name, published as pv for the
+// linked root's attachment pod, into its launcher.
+func attachFile(t *testing.T, e *Engine, name, pv string) {
 	t.Helper()
 	ctx := context.Background()
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
-	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	v := agent.DesiredVolume{Name: name, Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: pv}}
 	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
 		t.Fatalf("attach = %s, %v; want mounted", r, err)
 	}

@@ -302,15 +302,7 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 	thaw()
 	waitUnstuck(t, hung)
 	waitHeld(t, e.calls, 0)
-	snap, err = e.Snapshot(ctx)
-	must(t, err)
-	for _, l := range []types.UID{launcherUID, frozen.LauncherUID} {
-		obs, err := e.Observe(ctx, snap, l)
-		must(t, err)
-		for _, o := range obs {
-			_, _ = e.Detach(ctx, snap, l, o)
-		}
-	}
+	detachAll(t, e, launcherUID, frozen.LauncherUID)
 }
 
 // frozenVolume publishes an ext4 volume for another launcher, to be
@@ -324,6 +316,21 @@ func (n *linkedRoot) frozenVolume(t *testing.T) (string, agent.DesiredVolume) {
 	must(t, os.WriteFile(filepath.Join(dir, "disk.img"), make([]byte, 1<<20), 0o644))
 	return dir, agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcher,
 		Source: agent.Source{AttachmentPodUID: attach, PVName: "pv-frozen"}}
+}
+
+// detachAll detaches what the launchers hold.
+func detachAll(t *testing.T, e *Engine, launchers ...types.UID) {
+	t.Helper()
+	ctx := context.Background()
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	for _, l := range launchers {
+		obs, err := e.Observe(ctx, snap, l)
+		must(t, err)
+		for _, o := range obs {
+			_, _ = e.Detach(ctx, snap, l, o)
+		}
+	}
 }
 
 // hungRunner is the runner of c holding the launcher's volume's call given
@@ -637,15 +644,7 @@ func TestHungStorageHoldsOnlyItsVolume(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the frozen volume's attach did not return 30 s after the thaw")
 	}
-	snap, err = e.Snapshot(ctx)
-	must(t, err)
-	for _, l := range []types.UID{launcherUID, frozen.LauncherUID} {
-		obs, err := e.Observe(ctx, snap, l)
-		must(t, err)
-		for _, o := range obs {
-			_, _ = e.Detach(ctx, snap, l, o)
-		}
-	}
+	detachAll(t, e, launcherUID, frozen.LauncherUID)
 }
 
 // waitThreadIn waits until a thread of the process is in state (the
