@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -491,6 +492,55 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 	waitUnstuck(t, e.lookerOf(launcherUID).ns)
 	if after := openFDs(); after != before {
 		t.Fatalf("%d descriptors open after the abandoned listing returned, %d before", after, before)
+	}
+}
+
+// TestAttachSightHoldsNoLooker (#37): an attach asks whether the launcher
+// sees its new bind on its own runner, not on the launcher's looker. The
+// question opens the target, and so asks the volume's storage: asked on
+// the looker, a volume that stopped answering right after its bind held
+// the looker, and every launcher it serves waited out the call deadline
+// (a 26.5 s attach beside a hung volume in make bench-node's faults
+// rows). The seam holds the attach's question as a hung storage would;
+// the same launcher's Observe, which its looker serves, must not wait.
+//
+// Before the fix: "observe while the attach's question is held = ... the
+// call did not start within 300ms, want no error".
+func TestAttachSightHoldsNoLooker(t *testing.T) {
+	n := newLinkedRoot(t)
+	_, _, e := n.ownLauncherView(t)
+	ctx := context.Background()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	seeing = func() { first.Do(func() { close(entered); <-release }) }
+	defer func() { seeing = nil }()
+	let := sync.OnceFunc(func() { close(release) })
+	defer let()
+	done := make(chan error, 1)
+	go func() {
+		snap, err := e.Snapshot(ctx)
+		if err == nil {
+			_, err = e.Attach(ctx, snap, agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+				Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}})
+		}
+		done <- err
+	}()
+	waitClosed(t, entered, "the attach's question")
+	snap, err := e.Snapshot(ctx)
+	must(t, err)
+	if _, err := e.Observe(ctx, snap, launcherUID); err != nil {
+		t.Fatalf("observe while the attach's question is held = %v, want no error", err)
+	}
+	let()
+	if err := <-done; err != nil && !errors.Is(err, agent.ErrStuck) {
+		t.Fatalf("the held attach = %v, want mounted or stuck", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.StuckThreads() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the released question still holds its thread after 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

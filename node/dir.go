@@ -28,7 +28,7 @@ func (e *Engine) attachDir(h hands, t *mountinfo.Table, v agent.DesiredVolume, s
 	if err != nil || !r.Changed() {
 		return r, refusal(err)
 	}
-	return r, e.confirmSeenAt(v.LauncherUID, v.Name, file, entryKey{})
+	return r, e.confirmSeenAt(h.ns, v.LauncherUID, v.Name, file, entryKey{})
 }
 
 // attachFile binds disk.img, first creating it if it is missing and the
@@ -57,5 +57,5 @@ func (e *Engine) attachFile(h hands, t *mountinfo.Table, v agent.DesiredVolume, 
 	if err != nil || !r.Changed() {
 		return r, refusal(err)
 	}
-	return r, e.confirmSeen(v.LauncherUID, v.Name, entryKey{})
+	return r, e.confirmSeen(h.ns, v.LauncherUID, v.Name, entryKey{})
 }

@@ -53,27 +53,35 @@ func (m *sightMemo) forget(k growKey) {
 	delete(m.seen, k)
 }
 
-// confirmSeen checks that the launcher sees the bind on a filesystem
-// volume's target as the host made it (propagation.LauncherView.Check).
-// bind is the bind as the batch's mountinfo shows it (zero: not yet
-// read). It returns an error wrapping agent.ErrNotPropagated when a
-// process of the launcher mounts hotplug-disks yet sees something else
-// there, and nil when it sees the bind or nothing can be told: no process of the pod mounts hotplug-disks
-// yet (its containers are starting or restarting), or the target cannot be
-// looked at, which the attach or observe reports itself. Only a call stuck
-// past its deadline is an error of its own.
-func (e *Engine) confirmSeen(launcher types.UID, name string, bind entryKey) error {
-	return e.confirmSeenAt(launcher, name, kubelet.TargetName(name), bind)
+// confirmSeen checks, on ns, that the launcher sees the bind on a
+// filesystem volume's target as the host made it
+// (propagation.LauncherView.Check). bind is the bind as the batch's
+// mountinfo shows it (zero: not yet read). It returns an error wrapping
+// agent.ErrNotPropagated when a process of the launcher mounts
+// hotplug-disks yet sees something else there, and nil when it sees the
+// bind or nothing can be told: no process of the pod mounts hotplug-disks
+// yet (its containers are starting or restarting), or the target cannot
+// be looked at, which the attach or observe reports itself. Only a call
+// stuck past its deadline is an error of its own.
+//
+// The look opens the target, which asks the volume's storage, so an
+// attach asks it on the attach's own runner (storage.go): on the
+// launcher's looker, a volume whose storage stopped answering right after
+// its bind held the looker, and every launcher it serves waited out the
+// call deadline (a 26.5 s attach beside a hung volume in make
+// bench-node's faults rows).
+func (e *Engine) confirmSeen(ns *isolation.MountNamespace, launcher types.UID, name string, bind entryKey) error {
+	return e.confirmSeenAt(ns, launcher, name, kubelet.TargetName(name), bind)
 }
 
 // confirmSeenAt is confirmSeen of the target file (or directory) target of
 // volume name.
-func (e *Engine) confirmSeenAt(launcher types.UID, name, target string, bind entryKey) error {
+func (e *Engine) confirmSeenAt(ns *isolation.MountNamespace, launcher types.UID, name, target string, bind entryKey) error {
 	k := growKey{launcher, name}
 	if e.sight.has(k, bind) {
 		return nil
 	}
-	s, err := isolation.Call(e.lookerOf(launcher).ns, func() (seen, error) { return e.seeHere(e.view, launcher, target), nil })
+	s, err := isolation.Call(ns, func() (seen, error) { return e.seeHere(e.view, launcher, target), nil })
 	if errors.Is(err, isolation.ErrStuck) {
 		return stuck(err)
 	}
@@ -89,9 +97,16 @@ type seen struct {
 	why  error
 }
 
+// seeing, when set, runs as each look of seeHere starts, on its thread:
+// tests hold a look there.
+var seeing func()
+
 // seeHere is confirmSeen's question, on a thread in the host namespace,
 // asked through view.
 func (e *Engine) seeHere(view propagation.LauncherView, launcher types.UID, target string) seen {
+	if seeing != nil {
+		seeing()
+	}
 	look, why := view.Check(e.root.Path, hotplugDisks(launcher), string(launcher), target)
 	return seen{look, why}
 }
