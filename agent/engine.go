@@ -173,31 +173,10 @@ type Engine interface {
 }
 
 // HandlerRecord is what virt-handler's hotplug mounter recorded of one
-// VMI's targets on the node: the targets it will remove itself (its
+// VMI's targets on the node, judged by kubevirt's rule
+// (kubevirt.RecordedTargets): the targets it will remove itself (its
 // Unmount, once their volume left the VMI's spec; its UnmountAll, when
-// the VMI goes).
-type HandlerRecord struct {
-	// Volumes are the recorded targets, by launcher, by the name of the
-	// volume whose target they can be (a file target "v.img" counts for
-	// the volumes "v" and "v.img").
-	Volumes map[types.UID]map[string]bool
-	// Stuck names a recorded target that is gone (or says why the record
-	// cannot be read), "" if none. virt-handler's Unmount opens the
-	// recorded targets in turn and returns at one that is gone, before
-	// it rewrites its record, so it fails there at every sync and never
-	// removes the targets after it (kubevirt#16532): nothing is left to
-	// it then. Because that Unmount also removes targets one by one
-	// before it rewrites its record, the engine says Stuck only once the
-	// record has said so, unchanged, for a while.
-	Stuck string
-}
-
-// Leaves reports whether the launcher's volume is virt-handler's to
-// remove: its record names the target and it can still act on its
-// record. hpmount removing such a target first makes virt-handler's
-// Unmount fail on it at every later sync; and virt-handler's Mount, which
-// walks volumeStatus, would bind it again while the volume is listed
-// there.
-func (r HandlerRecord) Leaves(launcher types.UID, volume string) bool {
-	return r.Stuck == "" && r.Volumes[launcher][volume]
-}
+// the VMI goes). Because that Unmount removes targets one by one before
+// it rewrites its record, the engine says Stuck only once the record has
+// said so, unchanged, for a while.
+type HandlerRecord = kubevirt.RecordedTargets

@@ -6,6 +6,7 @@ package isolation
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -257,4 +258,35 @@ func OpenInRoot(root *os.File, path string) (*os.File, error) {
 		return nil, fmt.Errorf("open %q in root %q: %w", path, root.Name(), err)
 	}
 	return os.NewFile(uintptr(fd), filepath.Join(root.Name(), path)), nil
+}
+
+// ReadFileBeneath reads the regular file name in the trusted directory
+// dir, without following a symlink or leaving dir: its first limit bytes
+// (a caller that refuses longer files reads one more). A missing dir or
+// file wraps fs.ErrNotExist. The open does not block (a FIFO put there
+// would hold the caller's thread forever), and anything but a regular
+// file is refused.
+func ReadFileBeneath(dir, name string, limit int64) ([]byte, error) {
+	root, err := OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := OpenBeneath(root, name, How{Flags: unix.O_RDONLY | unix.O_NONBLOCK})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("stat %q: %w", f.Name(), err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("read %q: %w: a %s, not a regular file", f.Name(), ErrUnsafePath, FileKind(st.Mode))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit))
+	if err != nil {
+		return nil, fmt.Errorf("read %q: %w", f.Name(), err)
+	}
+	return b, nil
 }

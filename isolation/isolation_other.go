@@ -68,3 +68,8 @@ func (m *MountNamespace) Close() {}
 func OpenInRoot(root *os.File, path string) (*os.File, error) {
 	return nil, fmt.Errorf("open %q: %w", path, errors.ErrUnsupported)
 }
+
+// ReadFileBeneath is only supported on Linux.
+func ReadFileBeneath(dir, name string, limit int64) ([]byte, error) {
+	return nil, fmt.Errorf("read %q: %w", name, errors.ErrUnsupported)
+}

@@ -56,3 +56,8 @@ func ReadFileTargets(dir *os.File) ([]fs.DirEntry, error) {
 func ReadDirTargets(dir *os.File) ([]fs.DirEntry, error) {
 	return nil, fmt.Errorf("list %q: %w", dir.Name(), errors.ErrUnsupported)
 }
+
+// TargetNames is only supported on Linux.
+func TargetNames(r Root, launcherUID string) (map[string]bool, error) {
+	return nil, fmt.Errorf("list targets of launcher %q: %w", launcherUID, errors.ErrUnsupported)
+}

@@ -6,6 +6,7 @@ package kubelet
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -79,4 +80,32 @@ func LauncherDirs(r Root) ([]LauncherDir, error) {
 		dirs = append(dirs, LauncherDir{UID: uid, Empty: len(names) == 0})
 	}
 	return dirs, nil
+}
+
+// TargetNames is the set of entry names in the launcher's hotplug-disks,
+// every kind of entry ReadTargets lists; empty when the directory is
+// gone.
+func TargetNames(r Root, launcherUID string) (map[string]bool, error) {
+	root, err := r.open()
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	dir, err := isolation.OpenBeneath(root, HotplugDisksDir(launcherUID), isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	entries, _, err := ReadTargets(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", dir.Name(), err)
+	}
+	names := make(map[string]bool, len(entries))
+	for _, en := range entries {
+		names[en.Name()] = true
+	}
+	return names, nil
 }

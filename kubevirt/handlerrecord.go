@@ -8,6 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hpmount/hpmount/kubelet"
 )
 
 // HandlerStateDir is where virt-handler's hotplug mounter keeps, per VMI
@@ -61,4 +65,68 @@ func ParseHandlerRecord(r io.Reader) (HandlerRecord, error) {
 		rec.Targets = append(rec.Targets, e.TargetFile)
 	}
 	return rec, nil
+}
+
+// RecordedTargets is a record judged against the launchers' hotplug-disks
+// listings: the targets that are virt-handler's to remove. The agent
+// leaves them to it and diag says so; both judge through this one rule.
+type RecordedTargets struct {
+	// Volumes are the recorded targets, by launcher, by the name of the
+	// volume whose target they can be (a file target "v.img" counts for
+	// the volumes "v" and "v.img").
+	Volumes map[types.UID]map[string]bool
+	// Stuck names a recorded target that is gone (or says why the record
+	// cannot be read), "" if none. virt-handler's Unmount opens the
+	// recorded targets in turn and returns at one that is gone, before
+	// it rewrites its record, so it fails there at every sync and never
+	// removes the targets after it (kubevirt#16532): nothing is left to
+	// it then.
+	Stuck string
+}
+
+// Judge maps each recorded target onto the launcher and volume names it
+// can be, and finds a recorded target that is gone from its launcher's
+// listing (listed returns the entry names of a launcher's hotplug-disks,
+// empty once it is gone). Paths are matched by their last components
+// (kubelet.HotplugTargetOf): virt-handler spells them in its own view of
+// the pods directory. A path that is no hotplug target is skipped:
+// nothing hpmount would touch.
+func (r HandlerRecord) Judge(listed func(launcher types.UID) (map[string]bool, error)) (RecordedTargets, error) {
+	out := RecordedTargets{Volumes: map[types.UID]map[string]bool{}}
+	names := map[types.UID]map[string]bool{}
+	for _, p := range r.Targets {
+		uid, name, ok := kubelet.HotplugTargetOf(p)
+		if !ok {
+			continue
+		}
+		l := types.UID(uid)
+		if names[l] == nil {
+			n, err := listed(l)
+			if err != nil {
+				return RecordedTargets{}, err
+			}
+			names[l] = n
+		}
+		if !names[l][name] && out.Stuck == "" {
+			out.Stuck = p
+		}
+		if out.Volumes[l] == nil {
+			out.Volumes[l] = map[string]bool{}
+		}
+		out.Volumes[l][name] = true
+		if v, ok := kubelet.FileTargetVolume(name); ok {
+			out.Volumes[l][v] = true
+		}
+	}
+	return out, nil
+}
+
+// Leaves reports whether the launcher's volume is virt-handler's to
+// remove: its record names the target and it can still act on its
+// record. hpmount removing such a target first makes virt-handler's
+// Unmount fail on it at every later sync; and virt-handler's Mount, which
+// walks volumeStatus, would bind it again while the volume is listed
+// there.
+func (r RecordedTargets) Leaves(launcher types.UID, volume string) bool {
+	return r.Stuck == "" && r.Volumes[launcher][volume]
 }

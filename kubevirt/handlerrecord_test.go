@@ -4,10 +4,13 @@
 package kubevirt
 
 import (
+	"errors"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestParseHandlerRecord reads virt-handler's record as KubeVirt v1.7.0
@@ -46,6 +49,55 @@ func TestParseHandlerRecord(t *testing.T) {
 			}
 			if err != nil || !slices.Equal(rec.Targets, tc.want) {
 				t.Fatalf("ParseHandlerRecord = %q, %v; want %q", rec.Targets, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRecordedTargetsLeaves judges records against launcher listings: a
+// recorded target leaves its volume (and a file target its "v.img" name)
+// to virt-handler while every recorded target exists; one gone target
+// leaves nothing (kubevirt#16532); a path that is no hotplug target is
+// skipped; a listing error is returned.
+func TestRecordedTargetsLeaves(t *testing.T) {
+	const dir = "/var/lib/kubelet/pods/l1/volumes/kubernetes.io~empty-dir/hotplug-disks/"
+	listed := map[types.UID]map[string]bool{"l1": {"fs.img": true, "blk": true}}
+	list := func(l types.UID) (map[string]bool, error) {
+		if l == "broken" {
+			return nil, errors.New("listing failed")
+		}
+		return listed[l], nil
+	}
+	for _, tc := range []struct {
+		name    string
+		targets []string
+		leaves  []string // of launcher l1
+		keeps   []string // of launcher l1
+		stuck   bool
+		err     bool
+	}{
+		{name: "recorded", targets: []string{dir + "fs.img", dir + "blk"}, leaves: []string{"fs", "fs.img", "blk"}, keeps: []string{"other"}},
+		{name: "one gone", targets: []string{dir + "fs.img", dir + "gone.img"}, keeps: []string{"fs", "fs.img"}, stuck: true},
+		{name: "no hotplug target", targets: []string{"/etc/passwd", dir + "blk"}, leaves: []string{"blk"}},
+		{name: "listing fails", targets: []string{"/p/pods/broken/volumes/kubernetes.io~empty-dir/hotplug-disks/x.img"}, err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := HandlerRecord{Targets: tc.targets}.Judge(list)
+			if (err != nil) != tc.err {
+				t.Fatalf("judge = %v, want error %v", err, tc.err)
+			}
+			if (r.Stuck != "") != tc.stuck {
+				t.Errorf("stuck %q, want stuck %v", r.Stuck, tc.stuck)
+			}
+			for _, v := range tc.leaves {
+				if !r.Leaves("l1", v) {
+					t.Errorf("%s not left to virt-handler", v)
+				}
+			}
+			for _, v := range tc.keeps {
+				if r.Leaves("l1", v) {
+					t.Errorf("%s left to virt-handler", v)
+				}
 			}
 		})
 	}

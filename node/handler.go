@@ -9,12 +9,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"path/filepath"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/agent"
@@ -45,7 +44,7 @@ func (e *Engine) HandlerRecord(ctx context.Context, vmi types.UID) (agent.Handle
 		if err != nil {
 			return handlerRead{}, err
 		}
-		judged, err := e.judgeHandlerRecord(rec)
+		judged, err := rec.Judge(func(l types.UID) (map[string]bool, error) { return kubelet.TargetNames(e.root, string(l)) })
 		return handlerRead{rec: judged, raw: raw}, err
 	})
 	if err != nil {
@@ -122,93 +121,19 @@ func (m *stuckMemo) settle(vmi types.UID, raw []byte, stuck string, now time.Tim
 // which HandlerRecord reports as stuck (once stuckMemo agrees):
 // virt-handler's own Unmount fails on it too.
 func (e *Engine) readHandlerRecord(vmi types.UID) (kubevirt.HandlerRecord, []byte, error) {
-	dir, err := isolation.OpenRoot(e.handlerDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return kubevirt.HandlerRecord{}, nil, nil
-	}
-	if err != nil {
-		return kubevirt.HandlerRecord{}, nil, fmt.Errorf("virt-handler's record directory: %w", err)
-	}
-	defer dir.Close()
-	f, err := isolation.OpenBeneath(dir, string(vmi), isolation.How{Flags: unix.O_RDONLY})
+	raw, err := isolation.ReadFileBeneath(e.handlerDir, string(vmi), kubevirt.MaxHandlerRecord+1)
 	if errors.Is(err, fs.ErrNotExist) {
 		return kubevirt.HandlerRecord{}, nil, nil
 	}
 	if err != nil {
 		return kubevirt.HandlerRecord{}, nil, fmt.Errorf("virt-handler's record: %w", err)
 	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, kubevirt.MaxHandlerRecord+1))
-	if err != nil {
-		return kubevirt.HandlerRecord{}, nil, fmt.Errorf("read %q: %w", f.Name(), err)
-	}
 	rec, err := kubevirt.ParseHandlerRecord(bytes.NewReader(raw))
 	if err != nil {
-		return kubevirt.HandlerRecord{}, raw, errUnreadableRecord{fmt.Errorf("%q: %w", f.Name(), err)}
+		return kubevirt.HandlerRecord{}, raw, errUnreadableRecord{fmt.Errorf("%q: %w", filepath.Join(e.handlerDir, string(vmi)), err)}
 	}
 	return rec, raw, nil
 }
 
 // errUnreadableRecord is a record virt-handler cannot read either.
 type errUnreadableRecord struct{ error }
-
-// judgeHandlerRecord maps each recorded target onto the launcher and
-// volume names it can be, and finds a recorded target that is gone. Paths
-// are matched by their last components (kubelet.HotplugTargetOf):
-// virt-handler spells them in its own view of the pods directory.
-func (e *Engine) judgeHandlerRecord(rec kubevirt.HandlerRecord) (agent.HandlerRecord, error) {
-	out := agent.HandlerRecord{Volumes: map[types.UID]map[string]bool{}}
-	listed := map[types.UID]map[string]bool{}
-	for _, p := range rec.Targets {
-		uid, name, ok := kubelet.HotplugTargetOf(p)
-		if !ok {
-			continue // not a hotplug target: nothing hpmount would touch
-		}
-		l := types.UID(uid)
-		if listed[l] == nil {
-			names, err := e.listTargets(l)
-			if err != nil {
-				return agent.HandlerRecord{}, err
-			}
-			listed[l] = names
-		}
-		if !listed[l][name] && out.Stuck == "" {
-			out.Stuck = p
-		}
-		if out.Volumes[l] == nil {
-			out.Volumes[l] = map[string]bool{}
-		}
-		out.Volumes[l][name] = true
-		if v, ok := kubelet.FileTargetVolume(name); ok {
-			out.Volumes[l][v] = true
-		}
-	}
-	return out, nil
-}
-
-// listTargets is the set of entry names of the launcher's hotplug-disks;
-// empty when the directory is gone.
-func (e *Engine) listTargets(launcher types.UID) (map[string]bool, error) {
-	root, err := e.root.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	dir, err := isolation.OpenBeneath(root, hotplugDisks(launcher), isolation.How{Flags: unix.O_RDONLY | unix.O_DIRECTORY})
-	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]bool{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	entries, _, err := kubelet.ReadTargets(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", dir.Name(), err)
-	}
-	names := make(map[string]bool, len(entries))
-	for _, en := range entries {
-		names[en.Name()] = true
-	}
-	return names, nil
-}
