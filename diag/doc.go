@@ -113,9 +113,15 @@
 // hotplug-disks directory of a pod under <kubelet-root>/pods that no VMI on
 // this node has in spec.volumes. Hint: the agent removes it when it
 // reconciles the launcher's VMI; if the VMI is gone, `umount <target> && rm
-// <target>` (block: `rm <target>`). Without the right to list VMIs of all
-// namespaces only launchers of the listed VMIs are searched (a warning says
-// so); with VMI names given, only their launchers.
+// <target>` (block: `rm <target>`).
+// Orphans get the verdict left-to-virt-handler instead where virt-handler's
+// record of the VMI (Options.HandlerStateDir) names them, judged by
+// kubevirt.RecordedTargets, the rule the agent's plan applies: virt-handler
+// removes them itself, the agent leaves them, and they are no problem.
+// Hint: do not remove them by hand, or virt-handler's Unmount fails at
+// every sync. Without the right to list VMIs of all namespaces only
+// launchers of the listed VMIs are searched (a warning says so); with VMI
+// names given, only their launchers.
 //
 // # Deadlines
 //
@@ -213,7 +219,7 @@
 //	           lastAttach: {mounted, totalSeconds,
 //	                        phases: [{phase, seconds, approximate}]}  (absent when unknown)
 //	orphans: - launcherPodUID, launcherPod, name, kind (mount|block-node),
-//	           target, mount, device, verdict (orphan), hint
+//	           target, mount, device, verdict (orphan|left-to-virt-handler), hint
 //	problems: N
 //	storage: {volumeAttachments, longhorn ("read"|"absent"|"forbidden"|"error"), note}
 //	warnings: [...]

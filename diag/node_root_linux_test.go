@@ -6,6 +6,7 @@ package diag
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,10 +67,10 @@ func (e *env) must(err error) {
 
 // vm is one VMI with its launcher and attachment pod on the node.
 type vm struct {
-	name             string
-	launcher, attach types.UID
-	targetDir        string // relative to the kubelet root
-	l                *simnode.Launcher
+	name                  string
+	uid, launcher, attach types.UID
+	targetDir             string // relative to the kubelet root
+	l                     *simnode.Launcher
 }
 
 // addVM creates a VMI whose hotplug volumes are vols, its launcher (pod and
@@ -92,7 +93,7 @@ func (e *env) addVM(name string, vols ...simnode.Volume) *vm {
 	}
 	_, err = e.ctl.ApplyVMI(e.ctx, spec)
 	e.must(err)
-	return &vm{name: name, launcher: launcher.UID, attach: attach.UID, targetDir: kubelet.HotplugDisksDir(string(launcher.UID)), l: l}
+	return &vm{name: name, uid: obj.GetUID(), launcher: launcher.UID, attach: attach.UID, targetDir: kubelet.HotplugDisksDir(string(launcher.UID)), l: l}
 }
 
 func (e *env) disk(name, fstype string, size int64) *simnode.Disk {
@@ -289,6 +290,8 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 
 	t.Run("findmnt equals mountinfo on the node", compareLive)
 
+	t.Run("left to virt-handler", func(t *testing.T) { leftToHandler(t, e, okfs) })
+
 	t.Run("exit 0 for a healthy VMI", func(t *testing.T) {
 		o := e.opts()
 		o.VMIs = []string{"okfs"}
@@ -332,4 +335,39 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 			t.Errorf("verdict %q hint %q propagation %+v", v.Verdict, v.Hint, rep.Propagation)
 		}
 	})
+}
+
+// leftToHandler: the orphan x.img of m's launcher is virt-handler's to
+// remove while its record of m names it (spelled in virt-handler's own
+// view of the pods directory), and no problem; a record that also names a
+// target that is gone leaves nothing to virt-handler (its Unmount fails
+// there, kubevirt#16532), and x.img is an orphan again.
+func leftToHandler(t *testing.T, e *env, m *vm) {
+	target := func(name string) string {
+		return "/var/lib/kubelet/pods/" + string(m.launcher) + "/volumes/kubernetes.io~empty-dir/hotplug-disks/" + name
+	}
+	for _, c := range []struct {
+		targets []string
+		want    Verdict
+		exit    int
+	}{
+		{[]string{target("x.img")}, LeftToHandler, ExitOK},
+		{[]string{target("x.img"), target("gone.img")}, Orphan, ExitProblems},
+	} {
+		dir := t.TempDir()
+		var entries []string
+		for _, p := range c.targets {
+			entries = append(entries, fmt.Sprintf(`{"targetFile":%q}`, p))
+		}
+		e.must(os.WriteFile(filepath.Join(dir, string(m.uid)), []byte(`{"mountTargetEntries":[`+strings.Join(entries, ",")+`]}`), 0o600))
+		o := e.opts()
+		o.VMIs, o.HandlerStateDir = []string{m.name}, dir
+		rep, _ := e.run(o)
+		if len(rep.Orphans) != 1 || rep.Orphans[0].Verdict != c.want || ExitCode(rep, nil) != c.exit {
+			t.Errorf("record %v: orphans %+v, exit %d; want one %s, exit %d (warnings %v)", c.targets, rep.Orphans, ExitCode(rep, nil), c.want, c.exit, rep.Warnings)
+		}
+		if c.want == LeftToHandler && !strings.Contains(rep.Orphans[0].Hint, "do not remove") {
+			t.Errorf("hint %q", rep.Orphans[0].Hint)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/kubevirt"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
@@ -33,6 +34,10 @@ type Options struct {
 	// blockdev.NewDeviceRules).
 	CgroupRoot string
 	CgroupMode blockdev.CgroupMode
+	// HandlerStateDir is virt-handler's hotplug record directory on the
+	// host (kubevirt.HandlerStateDir); "" reads no record. A target its
+	// record leaves to virt-handler is no orphan (LeftToHandler).
+	HandlerStateDir string
 	// MountSource is "auto", "findmnt" or "mountinfo".
 	MountSource string
 	// SysRoot is sysfs; "" means "/sys". DevRoot is the device directory;
@@ -56,6 +61,8 @@ func DefaultOptions() Options {
 		CgroupMode:  blockdev.CgroupAuto,
 		MountSource: MountSourceAuto,
 		CallTimeout: DefaultCallTimeout,
+
+		HandlerStateDir: kubevirt.HandlerStateDir,
 	}
 }
 

@@ -45,6 +45,7 @@ func (in *inspector) findOrphans(cl *apiView, scope map[string]bool, warn func(s
 		vmis = cl.selected
 	}
 	wanted := wantedVolumes(vmis, in.opts.NodeName)
+	records := in.readHandlerRecords(cl, vmis, warn)
 	uids, err := in.launcherDirs()
 	if stuck(err) {
 		warn(fmt.Sprintf("orphans not searched: %v", err))
@@ -62,7 +63,7 @@ func (in *inspector) findOrphans(cl *apiView, scope map[string]bool, warn func(s
 		if !known && cl.all == nil {
 			continue
 		}
-		found, err := in.orphansIn(uid, want)
+		found, err := in.orphansIn(uid, want, records)
 		if stuck(err) {
 			warn(fmt.Sprintf("orphans not searched in launcher pod %s: %v", uid, err))
 			continue
@@ -80,7 +81,7 @@ func (in *inspector) findOrphans(cl *apiView, scope map[string]bool, warn func(s
 	return out, nil
 }
 
-func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry, error) {
+func (in *inspector) orphansIn(uid string, want map[string]bool, records handlerRecords) ([]OrphanEntry, error) {
 	dir := kubelet.HotplugDisksDir(uid)
 	var out []OrphanEntry
 	imgs, err := in.observeDir(dir)
@@ -96,10 +97,9 @@ func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry,
 		if m == nil {
 			m, _ = in.table.Top(target)
 		}
-		out = append(out, OrphanEntry{
-			LauncherPodUID: uid, Name: o.Name, Kind: "mount", Target: target,
-			Mount: mountEntry(m, o.Depth), Device: o.Dev, Verdict: Orphan, Hint: orphanHint("mount", target),
-		})
+		out = append(out, judgeOrphan(OrphanEntry{
+			LauncherPodUID: uid, Name: o.Name, Kind: "mount", Target: target, Mount: mountEntry(m, o.Depth), Device: o.Dev,
+		}, records))
 	}
 	nodes, err := mount.InLauncherDir(in.attacher, in.table, dir, in.nodes.Observe)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -110,10 +110,20 @@ func (in *inspector) orphansIn(uid string, want map[string]bool) ([]OrphanEntry,
 			continue
 		}
 		target := in.hostPath(path.Join(dir, n.Name))
-		out = append(out, OrphanEntry{
-			LauncherPodUID: uid, Name: n.Name, Kind: "block-node", Target: target,
-			Device: majMin(n.Device.Major, n.Device.Minor), Verdict: Orphan, Hint: orphanHint("block-node", target),
-		})
+		out = append(out, judgeOrphan(OrphanEntry{
+			LauncherPodUID: uid, Name: n.Name, Kind: "block-node", Target: target, Device: majMin(n.Device.Major, n.Device.Minor),
+		}, records))
 	}
 	return out, nil
+}
+
+// judgeOrphan gives an entry no VMI wants its verdict and hint: left to
+// virt-handler where its record names the entry, else orphan.
+func judgeOrphan(o OrphanEntry, records handlerRecords) OrphanEntry {
+	if records.leaves(types.UID(o.LauncherPodUID), o.Name) {
+		o.Verdict, o.Hint = LeftToHandler, leftToHandlerHint(o.Target)
+		return o
+	}
+	o.Verdict, o.Hint = Orphan, orphanHint(o.Kind, o.Target)
+	return o
 }

@@ -124,7 +124,7 @@ func renderTable(w io.Writer, r *Report, wide bool) error {
 	}
 	if len(r.Orphans) > 0 {
 		b.WriteString("\nORPHANS\n")
-		ocols := []column{{head: "LAUNCHER", max: 40}, {head: "NAME", max: 20}, {head: "KIND", max: 10}, {head: "SOURCE[FSROOT]", flex: !wide}}
+		ocols := []column{{head: "LAUNCHER", max: 40}, {head: "NAME", max: 20}, {head: "KIND", max: 10}, {head: "VERDICT", max: 20}, {head: "SOURCE[FSROOT]", flex: !wide}}
 		var orows [][]string
 		for _, o := range r.Orphans {
 			who := o.LauncherPod
@@ -135,7 +135,7 @@ func renderTable(w io.Writer, r *Report, wide bool) error {
 			if src == "" {
 				src = "node " + o.Device
 			}
-			orows = append(orows, []string{who, o.Name, o.Kind, src})
+			orows = append(orows, []string{who, o.Name, o.Kind, string(o.Verdict), src})
 		}
 		writeGrid(&b, ocols, orows, wide)
 	}
@@ -184,7 +184,7 @@ func writeHints(b *strings.Builder, r *Report, wide bool) {
 		}
 	}
 	for _, o := range r.Orphans {
-		lines = append(lines, fmt.Sprintf("%s (orphan): %s", o.Target, o.Hint))
+		lines = append(lines, fmt.Sprintf("%s (%s): %s", o.Target, o.Verdict, o.Hint))
 	}
 	if len(lines) == 0 {
 		return

@@ -43,13 +43,14 @@ const (
 	NotOpen           Verdict = "not-open"
 	OK                Verdict = "ok"
 	Orphan            Verdict = "orphan"
+	LeftToHandler     Verdict = "left-to-virt-handler"
 )
 
 // Verdicts is every verdict, in the order above: the vocabulary that
 // doc.go and the README's verdict table explain, held to it by a test.
 var Verdicts = []Verdict{
 	Refused, Stuck, DeadSource, Error, PropagationBroken, NotMounted, StaleSource, Stacked, NotPropagated,
-	StaleOpen, WrongDevice, NotAllowed, NeedsFSExpand, ExpandPending, NotOpen, OK, Orphan,
+	StaleOpen, WrongDevice, NotAllowed, NeedsFSExpand, ExpandPending, NotOpen, OK, Orphan, LeftToHandler,
 }
 
 // Report is the result of one diagnosis of a node.
@@ -65,7 +66,8 @@ type Report struct {
 	Propagation PropagationCheck `json:"propagation"`
 	Volumes     []Volume         `json:"volumes"`
 	Orphans     []OrphanEntry    `json:"orphans"`
-	// Problems counts volumes whose verdict is not ok, plus orphans.
+	// Problems counts volumes whose verdict is not ok, plus orphans (not
+	// the entries left to virt-handler).
 	Problems int `json:"problems"`
 	// Storage says which storage-side objects (VolumeAttachments, Longhorn)
 	// could be read.
@@ -237,8 +239,15 @@ func IsCannotRun(err error) bool {
 	return errors.As(err, &c)
 }
 
+// countProblems counts the volumes not ok and the orphans; an entry left
+// to virt-handler is its to remove, not a problem.
 func (r *Report) countProblems() {
-	r.Problems = len(r.Orphans)
+	r.Problems = 0
+	for _, o := range r.Orphans {
+		if o.Verdict == Orphan {
+			r.Problems++
+		}
+	}
 	for _, v := range r.Volumes {
 		if v.Verdict != OK {
 			r.Problems++

@@ -145,6 +145,10 @@ func notMountedHint(why string) string {
 	return "the agent has not attached it yet: check that the hpmount agent runs on this node and its logs and the VMI's events"
 }
 
+func leftToHandlerHint(target string) string {
+	return fmt.Sprintf("no VMI on this node wants it, and virt-handler's record names it: virt-handler removes it at its next sync of the VMI, and the agent leaves it to it; do not remove %s by hand (virt-handler's Unmount would then fail at every sync)", target)
+}
+
 func orphanHint(kind, target string) string {
 	if kind == "block-node" {
 		return fmt.Sprintf("no VMI on this node wants it: the agent removes it when it reconciles the launcher's VMI; if the VMI is gone, `rm %s`", target)

@@ -43,7 +43,7 @@ func newDiagCommand() *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
 		[]string{diag.FormatTable, diag.FormatWide, diag.FormatJSON, diag.FormatYAML}, cobra.ShellCompDirectiveNoFileComp))
 	f.StringVar(&opts.NodeName, "node-name", opts.NodeName, "node to diagnose (default $NODE_NAME)")
-	nodeFlags(f, nodeLocation{&opts.Host, &opts.KubeletRoot, &opts.CgroupRoot, &opts.CgroupMode})
+	nodeFlags(f, nodeLocation{&opts.Host, &opts.KubeletRoot, &opts.CgroupRoot, &opts.CgroupMode, &opts.HandlerStateDir})
 	f.StringVar(&opts.MountSource, "mount-source", opts.MountSource, "how to read the mount table: auto, findmnt or mountinfo")
 	f.DurationVar(&opts.CallTimeout, "call-timeout", opts.CallTimeout, "deadline of each look at the node (a stat, an open, a /proc read, findmnt); a look past it is abandoned and its volume reported stuck, the others go on")
 	return cmd

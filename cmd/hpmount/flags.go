@@ -17,6 +17,7 @@ type nodeLocation struct {
 	kubeletRoot *string
 	cgroupRoot  *string
 	cgroupMode  *blockdev.CgroupMode
+	handlerDir  *string
 }
 
 func nodeFlags(f *pflag.FlagSet, l nodeLocation) {
@@ -25,6 +26,7 @@ func nodeFlags(f *pflag.FlagSet, l nodeLocation) {
 	f.IntVar(&l.host.PID, "host-pid", l.host.PID, "a host process whose mount namespace and mountinfo are the host's")
 	f.StringVar(l.cgroupRoot, "cgroup-root", *l.cgroupRoot, "where the cgroup hierarchies are mounted")
 	f.Var((*cgroupModeFlag)(l.cgroupMode), "cgroup-mode", "device cgroup flavour: auto, v1 or v2")
+	f.StringVar(l.handlerDir, "kubevirt-state-dir", *l.handlerDir, "virt-handler's hotplug record directory on the host, read only: a target its record names is left to virt-handler to remove; empty reads none")
 }
 
 // cgroupModeFlag parses --cgroup-mode into a blockdev.CgroupMode.
