@@ -76,8 +76,31 @@ type DeviceRules interface {
 	// every descendant, and nothing above denies it (an ancestor that
 	// does wraps ErrAncestorDenies, naming it).
 	Allowed(c Container, dev Device) (bool, error)
+	// Watch returns a RuleWatch of the container's cgroup and its
+	// descendants as they are now. A rule Allow added can be lost to
+	// another writer while the node stays: virt-handler's cgroup v2
+	// manager rebuilds the device program from its own list
+	// (kubevirt#7710), and a reload of the container's systemd unit
+	// reverts it (kubevirt#14825). The watch tells the caller to ask
+	// Allowed again; it grants and reads no rule itself.
+	Watch(c Container) (RuleWatch, error)
 	// Root is the hierarchy pod cgroups are searched under.
 	Root() string
+}
+
+// RuleWatch tells when the device rules of one container's cgroups were
+// rewritten. It is cheap enough to ask twice a second for every launcher
+// of a node: one BPF_PROG_QUERY (v2) or one devices.list read (v1) per
+// cgroup, on files opened once, when the watch was made.
+type RuleWatch interface {
+	// Changed reports whether the device rules of the watched cgroups
+	// changed since the watch was made or last asked, by any writer,
+	// hpmount included: on v2 the set of device programs attached to
+	// each (a rewrite replaces the program), on v1 the text of each
+	// devices.list. A cgroup that went away is an error.
+	Changed() (bool, error)
+	// Close releases the watched cgroups' files, kept open between asks.
+	Close() error
 }
 
 var (

@@ -40,3 +40,9 @@ func (v *V2) Allowed(c Container, dev Device) (bool, error) {
 func AttachedDevicePrograms(dir string) ([]DeviceProgram, error) {
 	return nil, unsupported(fmt.Sprintf("list device programs of %q", dir))
 }
+
+// Watch is not supported on this operating system.
+func (v *V1) Watch(c Container) (RuleWatch, error) { return nil, unsupported("watch the rules") }
+
+// Watch is not supported on this operating system.
+func (v *V2) Watch(c Container) (RuleWatch, error) { return nil, unsupported("watch the rules") }

@@ -26,7 +26,7 @@ import (
 // newCgroupTree creates base/<rel> under a cgroup hierarchy, with base a
 // fresh hpmount-test-<rand> directory, and removes it all (killing what
 // runs inside, leaves first) when t ends. It returns base.
-func newCgroupTree(t *testing.T, hierarchy string, rels ...string) string {
+func newCgroupTree(t testing.TB, hierarchy string, rels ...string) string {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	base := filepath.Join(hierarchy, fmt.Sprintf("hpmount-test-%d-%08x", os.Getpid(), rand.Uint32()))
@@ -55,7 +55,7 @@ func newCgroupTree(t *testing.T, hierarchy string, rels ...string) string {
 	return base
 }
 
-func removeCgroup(t *testing.T, dir string) {
+func removeCgroup(t testing.TB, dir string) {
 	var err error
 	for i := 0; i < 100; i++ {
 		if procs, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs")); rerr == nil {

@@ -20,7 +20,10 @@
 // edited and removed, leaving the runtime's program body intact. The package
 // refuses to touch device programs it cannot reload unchanged (programs using
 // maps or calls), never writes the pod cgroup or above, and it finds pod and
-// container cgroups only through podcgroup.
+// container cgroups only through podcgroup. Other writers replace those
+// rules wholesale (virt-handler's cgroup v2 manager, a runtime update), so
+// a RuleWatch tells, cheaply and without reading a program, that a
+// container's rules were rewritten and Allowed is worth asking again.
 //
 // Nodes are made, checked, removed and listed in a hotplug-disks directory
 // the caller hands in as a descriptor, never by a path: whether a

@@ -126,10 +126,18 @@ func testRuncDeviceRules(t *testing.T, tc runcCase) {
 // from the engine's resync; when it did, the rule is taken away as a
 // runtime rewriting the container's rules takes it (what does that here,
 // the systemd driver reapplying a unit, kubevirt#14825, is not on this
-// node), and the resync must bring that back.
+// node), and the resync must bring that back. The engine's watch of the
+// container's rules (blockdev.RuleWatch) must see whichever took the rule
+// away, runc's own update included: that is what brings the verify at
+// once instead of at the resync.
 func checkUpdateAndResync(t *testing.T, ctx context.Context, f *runcFixture, tc runcCase, runc seenRules) {
 	t.Helper()
 	dir := filepath.Join(tc.hierarchy, f.rel)
+	w, err := f.rules.Watch(f.ctr)
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	defer w.Close()
 	before := tc.read(t, dir)
 	tc.update(t, ctx, f.runc, f.id, f.rel)
 	after := tc.read(t, dir)
@@ -140,9 +148,13 @@ func checkUpdateAndResync(t *testing.T, ctx context.Context, f *runcFixture, tc 
 		if f.resync(t) {
 			t.Fatal("resync granted the device again although runc update kept the rule")
 		}
+		_, _ = w.Changed() // runc may have rewritten the rules, keeping ours
 		tc.rewrite(t, dir, runc, f.dev)
 		t.Logf("rules rewritten as a runtime would: %s", tc.read(t, dir))
 		mustRead(t, ctx, f, false, "after the rules were rewritten")
+	}
+	if changed, err := w.Changed(); err != nil || !changed {
+		t.Fatalf("the watch of the container's rules saw no change after the rule was lost (%v)", err)
 	}
 	if !f.resync(t) {
 		t.Fatal("resync granted nothing after the rule was lost")
