@@ -68,6 +68,9 @@ type Agent struct {
 	// reconciled arrived: the start of the attach latency.
 	arrived map[string]time.Time
 	resync  map[string]bool // keys due for a periodic pass
+	// rulesDue are keys whose launcher's device rules were rewritten:
+	// their next pass verifies every block volume (rules.go).
+	rulesDue map[string]bool
 }
 
 // vmiState is what the agent remembers about one VMI key. Only the worker
@@ -111,17 +114,18 @@ func New(cfg Config, kube kubernetes.Interface, dyn dynamic.Interface, engine En
 		return nil, errors.New("agent: kubernetes client, dynamic client and engine are required")
 	}
 	a := &Agent{
-		cfg:     cfg,
-		kube:    kube,
-		dyn:     dyn,
-		engine:  engine,
-		log:     cfg.Logger,
-		obs:     cfg.Observer,
-		states:  map[string]*vmiState{},
-		resync:  map[string]bool{},
-		arrived: map[string]time.Time{},
-		status:  newStatusWriter(cfg.QueueMetrics),
-		growth:  newGrowRunner(),
+		cfg:      cfg,
+		kube:     kube,
+		dyn:      dyn,
+		engine:   engine,
+		log:      cfg.Logger,
+		obs:      cfg.Observer,
+		states:   map[string]*vmiState{},
+		resync:   map[string]bool{},
+		rulesDue: map[string]bool{},
+		arrived:  map[string]time.Time{},
+		status:   newStatusWriter(cfg.QueueMetrics),
+		growth:   newGrowRunner(),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -198,6 +202,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.sweepLoop(ctx) })
 	wg.Go(func() { a.resyncLoop(ctx) })
 	wg.Go(func() { a.watchMounts(ctx) })
+	wg.Go(func() { a.watchRules(ctx) })
 	wg.Go(func() { a.statusWorker(ctx) })
 	// Not waited for: a growth check blocked on a frozen filesystem ends
 	// only at the engine's growth deadline, and shutting down must not

@@ -8,10 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // TestComputeRestartVerifiesBlock: a block volume's device rule lives in
@@ -52,6 +55,57 @@ func TestComputeRestartVerifiesBlock(t *testing.T) {
 			}
 			if got := ta.engine.compute["blk"]; got != pass.compute {
 				t.Fatalf("blk attached for compute container %q, want %q", got, pass.compute)
+			}
+		})
+	}
+}
+
+// TestRuleRewriteVerifiesBlock (#38): a rewrite of the launcher's device
+// rules, reported by the engine (another writer took the block volume's
+// rule while its node stayed), makes the VMI's next pass verify its block
+// volume at once, not at the resync an hour away; a verify that allowed
+// the device again is a DeviceRuleRestored Warning naming the upstream
+// issues. A pass without a report verifies nothing.
+func TestRuleRewriteVerifiesBlock(t *testing.T) {
+	ta := newTestAgent(t, func(c *Config) { c.GrowFilesystems = false; c.ResyncPeriod = time.Hour }, pvc("c1", "pv-1"), pvc("c2", "pv-2"))
+	ta.addPods(t, launcherPod(func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kubevirt.ComputeContainer, ContainerID: "containerd://first"}}
+	}), attachmentPod())
+	ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: attachUID}, vol{Name: "blk", Claim: "c2", AttachUID: attachUID, Mode: "Block"}))
+	ctx := context.Background()
+	if err := ta.reconcile(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	ta.events()
+	ta.engine.verified = map[string]outcome.Result{"blk": outcome.Created}
+	for _, pass := range []struct {
+		name      string
+		rewritten bool
+		want      []string
+		event     string
+	}{
+		{"no report", false, nil, ""},
+		{"rules rewritten", true, []string{"attach blk Block attach-uid/pv-2"}, "Warning DeviceRuleRestored"},
+		{"after the restore", false, nil, ""},
+	} {
+		t.Run(pass.name, func(t *testing.T) {
+			ta.engine.reset()
+			if pass.rewritten {
+				ta.rulesRewritten(&mountHolds{}, MountChange{Launchers: []types.UID{launcherUID}}, time.Now())
+			}
+			if err := ta.reconcile(ctx, testKey); err != nil {
+				t.Fatal(err)
+			}
+			got := slices.DeleteFunc(ta.engine.changing(), func(c string) bool { return strings.HasPrefix(c, "grow ") })
+			if !slices.Equal(got, pass.want) {
+				t.Fatalf("engine calls %q, want %q", got, pass.want)
+			}
+			events := strings.Join(ta.events(), "\n")
+			if pass.event != "" && (!strings.Contains(events, pass.event) || !strings.Contains(events, "kubevirt#7710")) {
+				t.Fatalf("events %q, want %q naming kubevirt#7710", events, pass.event)
+			}
+			if pass.event == "" && strings.Contains(events, "DeviceRuleRestored") {
+				t.Fatalf("events %q without a restore", events)
 			}
 		})
 	}

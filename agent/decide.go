@@ -58,11 +58,12 @@ type decision struct {
 	// volumeStatus virt-handler on the source owns.
 	Target bool
 	// WriteStatus asks for volumeStatus updates.
-	WriteStatus     bool
-	Resync          bool
-	GrowFilesystems bool
-	Arrived         time.Time
-	Node            string
+	WriteStatus bool
+	// Resync: the periodic pass; VerifyRules: world.VerifyRules.
+	Resync, VerifyRules bool
+	GrowFilesystems     bool
+	Arrived             time.Time
+	Node                string
 }
 
 // logLine is one log record a pass asks report to write, on the VMI's
@@ -76,7 +77,7 @@ type logLine struct {
 // decide turns the world into what the pass wants. It is pure: it reads
 // only w, and w's caches through their lookups.
 func decide(w world) decision {
-	d := decision{Key: w.Key, Namespace: w.Namespace, Name: w.Name, Resync: w.Resync, GrowFilesystems: w.GrowFilesystems, Arrived: w.Arrived, Node: w.Node}
+	d := decision{Key: w.Key, Namespace: w.Namespace, Name: w.Name, Resync: w.Resync, VerifyRules: w.VerifyRules, GrowFilesystems: w.GrowFilesystems, Arrived: w.Arrived, Node: w.Node}
 	switch {
 	case w.DecodeErr != nil:
 		// Retrying cannot help until the object changes, which enqueues it.

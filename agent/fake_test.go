@@ -43,6 +43,9 @@ type fakeEngine struct {
 	released chan struct{}
 	// growHang holds the Grow of a volume until its channel is closed.
 	growHang map[string]chan struct{}
+	// verified is what an Attach of a volume already healthy returns
+	// (Unchanged when not set): Created is a block rule allowed again.
+	verified map[string]outcome.Result
 	// handler is virt-handler's record by VMI; handlerErr fails its read.
 	handler    map[types.UID]HandlerRecord
 	handlerErr error
@@ -133,6 +136,9 @@ func (f *fakeEngine) Attach(_ context.Context, _ Snapshot, v DesiredVolume) (out
 		f.observed[v.LauncherUID] = map[string]ObservedVolume{}
 	}
 	if o, ok := f.observed[v.LauncherUID][v.Name]; ok && o.Healthy(v.Mode) {
+		if r, ok := f.verified[v.Name]; ok {
+			return r, nil
+		}
 		return outcome.Unchanged, nil
 	}
 	f.observed[v.LauncherUID][v.Name] = healthyObserved(v.Name, v.Mode)

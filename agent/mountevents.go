@@ -80,14 +80,21 @@ func (a *Agent) mountsChanged(h *mountHolds, c MountChange, now time.Time) {
 	for _, l := range c.Launchers {
 		a.snaps.touched(l)
 		for _, key := range a.vmiKeysForLauncher(l) {
-			switch wait, ok := h.admit(key, now); {
-			case !ok:
-			case wait == 0:
-				a.queue.Add(key)
-			default:
-				a.queue.AddAfter(key, wait)
-			}
+			a.admitPass(h, key, now)
 		}
+	}
+}
+
+// admitPass enqueues key for an event-driven pass as its bucket allows:
+// now, when the next pass is due, or not at all when one is already
+// waiting for that.
+func (a *Agent) admitPass(h *mountHolds, key string, now time.Time) {
+	switch wait, ok := h.admit(key, now); {
+	case !ok:
+	case wait == 0:
+		a.queue.Add(key)
+	default:
+		a.queue.AddAfter(key, wait)
 	}
 }
 

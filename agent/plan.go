@@ -37,7 +37,8 @@ type planInput struct {
 	// mounted volumes get a growth check.
 	Resync bool
 	// VerifyBlock re-verifies block nodes outside the periodic pass: the
-	// compute container changed.
+	// compute container changed, or another writer rewrote the
+	// launcher's device rules (rules.go).
 	VerifyBlock     bool
 	GrowFilesystems bool
 	// CapacityChanged reports whether capacity differs from the last one a
@@ -79,7 +80,7 @@ func planPass(d decision, o observation) []launcherPlan {
 	st := d.State
 	return append(plans, launcherPlan{Launcher: d.Launcher.UID, Key: d.Key, Ops: buildPlan(planInput{
 		Spec: &d.VMI.Spec, Intents: d.Intents, Observed: o.Launcher.Volumes, Resync: d.Resync,
-		VerifyBlock: st.compute != "" && st.compute != d.Compute, GrowFilesystems: d.GrowFilesystems,
+		VerifyBlock: st.compute != "" && st.compute != d.Compute || d.VerifyRules, GrowFilesystems: d.GrowFilesystems,
 		CapacityChanged: func(name string, c int64) bool {
 			last, ok := st.capacity[name]
 			return !ok || last != c

@@ -31,6 +31,7 @@ const (
 	EventHotplugStuck       = "HotplugStuck"
 	EventNotPropagated      = "VolumeNotPropagated"
 	EventStaleOpen          = "VolumeStaleOpen"
+	EventDeviceRuleRestored = "DeviceRuleRestored"
 )
 
 // summaryInput is everything one pass decided and did for a launcher.
@@ -437,6 +438,12 @@ func refusalEvent(volume string, r *kubevirt.Refusal) event {
 
 func (s *summary) warn(volume, reason, msg string) {
 	s.Events = append(s.Events, event{Volume: volume, Type: corev1.EventTypeWarning, Reason: reason, Message: msg, Once: true})
+}
+
+// warnEach is a Warning sent every time, not once: each is a new
+// occurrence (the Event's count says how many).
+func (s *summary) warnEach(volume, reason, msg string) {
+	s.Events = append(s.Events, event{Volume: volume, Type: corev1.EventTypeWarning, Reason: reason, Message: msg})
 }
 
 func (s *summary) normal(volume, reason, msg string) {

@@ -171,7 +171,12 @@ func (s *summary) attached(r applied) {
 		if r.NotPropagated != nil {
 			return // reported with the volume (summarize_grow.go)
 		}
-		if r.Result.Changed() {
+		switch {
+		case ruleRestored(r):
+			s.warnEach(name, EventDeviceRuleRestored, fmt.Sprintf("Volume %s: its block node was in place but the launcher's device rule was gone, so QEMU's next open of it failed; allowed again. "+
+				"Another writer rewrote the launcher's device rules: on cgroup v2, virt-handler's sync rebuilds the device program from its own list, "+
+				"which lacks the volumes its Mount did not reach (kubevirt#7710), and a reload of the container's systemd unit reverts them (kubevirt#14825)", name))
+		case r.Result.Changed():
 			s.normal(name, EventVolumeMounted, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod (%s)", name, r.Result))
 		}
 		// A block node moved to a new device (a storage re-attach) is
@@ -221,4 +226,10 @@ func notPropagated(o *ObservedVolume, r *applied) string {
 		return "its view of hotplug-disks does not receive the node's mounts (started before the kubelet's pods directory was shared, or without mountPropagation: HostToContainer); restart the launcher pod (migrate the VM)"
 	}
 	return ""
+}
+
+// ruleRestored: a verify of a block node in place found its device rule
+// gone and allowed it again (the engine's "created" for such a node).
+func ruleRestored(r applied) bool {
+	return r.Op.Kind == outcome.Verify && r.Result == outcome.Created && r.Op.Intent != nil && r.Op.Intent.Desired.Mode == kubevirt.Block
 }

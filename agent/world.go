@@ -33,7 +33,10 @@ type world struct {
 	// Resync: the periodic pass. Arrived: when the oldest VMI change not
 	// yet reconciled arrived (the start of the attach latency). Now: the
 	// reconcile's start.
-	Resync       bool
+	Resync bool
+	// VerifyRules: the launcher's device rules were rewritten since the
+	// last pass, by anyone (rules.go).
+	VerifyRules  bool
 	Arrived, Now time.Time
 	Node         string
 	// Pods reads the pod cache; Claims the PVs of the VMI's claims, read
@@ -54,6 +57,7 @@ func (a *Agent) readWorld(ctx context.Context, key string, now time.Time) (world
 	w := world{Key: key, Namespace: ns, Name: name, Now: now, Arrived: now, Node: a.cfg.NodeName, Pods: a, Claims: noClaims,
 		ReportVolumeStatus: a.cfg.ReportVolumeStatus, GrowFilesystems: a.cfg.GrowFilesystems}
 	w.Resync = a.takeResync(key)
+	w.VerifyRules = a.takeRulesDue(key)
 	r, exists, err := a.lookupVMI(key)
 	if err != nil {
 		return world{}, err
@@ -98,10 +102,18 @@ func noClaims(ns, claim string) (string, error) {
 }
 
 // takeResync reports and clears whether key is due for a periodic pass.
-func (a *Agent) takeResync(key string) bool {
+func (a *Agent) takeResync(key string) bool { return a.take(a.resync, key) }
+
+// takeRulesDue reports and clears whether key's launcher had its device
+// rules rewritten since its last pass (rules.go).
+func (a *Agent) takeRulesDue(key string) bool { return a.take(a.rulesDue, key) }
+
+// take reports and clears key's mark in m, one of the agent's sets of
+// keys guarded by a.mu.
+func (a *Agent) take(m map[string]bool, key string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	due := a.resync[key]
-	delete(a.resync, key)
+	due := m[key]
+	delete(m, key)
 	return due
 }

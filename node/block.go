@@ -105,6 +105,7 @@ func (e *Engine) attachBlock(h hands, t *mountinfo.Table, v agent.DesiredVolume)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
+	e.ruleWatch.watch(e.rules, compute)
 	if did.r == outcome.Replaced && did.dev != p.Device {
 		if err := e.denyUnlessUsed(t, v.LauncherUID, did.dev); err != nil {
 			return outcome.Replaced, err
@@ -176,13 +177,18 @@ func (e *Engine) keepBlock(h hands, t *mountinfo.Table, v agent.DesiredVolume, n
 	}
 	compute := computeOf(v)
 	allowed, err := e.rules.Allowed(compute, dev)
-	if err != nil || allowed {
+	if err != nil {
 		return outcome.Unchanged, err
 	}
-	if err := e.rules.Allow(compute, dev); err != nil {
-		return outcome.Unchanged, err
+	r := outcome.Unchanged
+	if !allowed {
+		if err := e.rules.Allow(compute, dev); err != nil {
+			return outcome.Unchanged, err
+		}
+		r = outcome.Created
 	}
-	return outcome.Created, nil
+	e.ruleWatch.watch(e.rules, compute)
+	return r, nil
 }
 
 // detachBlock removes what is mounted on the launcher's node name, then the

@@ -43,8 +43,11 @@ type Engine struct {
 	grower   *mount.Grower
 	nodes    *blockdev.Nodes
 	rules    blockdev.DeviceRules
-	grow     GrowPolicy
-	memo     growMemo
+	// ruleWatch watches the device rules of the launchers with block
+	// volumes (rules.go).
+	ruleWatch ruleWatches
+	grow      GrowPolicy
+	memo      growMemo
 	// createImages lets Attach create a missing disk.img.
 	createImages bool
 	// view asks launchers what they see; sight remembers what they were
@@ -120,12 +123,14 @@ func New(c Config) (*Engine, error) {
 	}, nil
 }
 
-// Close leaves the host namespace. Mounts stay.
+// Close leaves the host namespace and closes the rule watches. Mounts
+// stay.
 func (e *Engine) Close() {
 	e.ns.Close()
 	closeLookers(e.lookers)
 	e.calls.close()
 	e.growth.close()
+	e.ruleWatch.close()
 }
 
 // SweepGrowthLeftovers unmounts what a growth of an older hpmount left in

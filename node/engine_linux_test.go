@@ -81,6 +81,17 @@ func newLinkedRoot(t *testing.T) *linkedRoot {
 	return n
 }
 
+// engine is an engine on the linked root with its v1 device cgroups,
+// closed when the test ends.
+func (n *linkedRoot) engine(t *testing.T) *Engine {
+	t.Helper()
+	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
+		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
+	must(t, err)
+	t.Cleanup(e.Close)
+	return e
+}
+
 // launcherView starts a launcher-like process in the launcher's pod cgroup
 // that mounts hotplug-disks at rel below the test's directory, as the
 // compute container does, and an engine that asks it there.
@@ -114,10 +125,7 @@ func must(t *testing.T, err error) {
 // root is a symlink: no false unsafe-content refusal for either.
 func TestEngineUnderALinkedKubeletRoot(t *testing.T) {
 	n := newLinkedRoot(t)
-	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
-		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
-	must(t, err)
-	defer e.Close()
+	e := n.engine(t)
 	if got := e.KubeletRoot(); got.Path != n.real || got.Configured != n.configured {
 		t.Fatalf("kubelet root = %+v, want %q resolved from %q", got, n.real, n.configured)
 	}
@@ -413,10 +421,7 @@ func TestFullOrReadOnlyHotplugDisks(t *testing.T) {
 					}
 				}
 			}
-			e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
-				CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
-			must(t, err)
-			defer e.Close()
+			e := n.engine(t)
 			snap, err := e.Snapshot(context.Background())
 			must(t, err)
 			v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
@@ -561,10 +566,7 @@ func TestLauncherMustSeeTheMount(t *testing.T) {
 // pod cgroup).
 func TestBlockWithoutComputeContainer(t *testing.T) {
 	n := newLinkedRoot(t)
-	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
-		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
-	must(t, err)
-	defer e.Close()
+	e := n.engine(t)
 	for _, tt := range []struct {
 		id   string
 		want error
@@ -594,10 +596,7 @@ func TestBlockWithoutComputeContainer(t *testing.T) {
 func TestHungStorageHoldsOnlyItsVolume(t *testing.T) {
 	n := newLinkedRoot(t)
 	frozenDir, frozen := n.frozenVolume(t)
-	e, err := New(Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: n.configured,
-		CgroupRoot: n.cgroupRoot, CgroupMode: blockdev.CgroupV1, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
-	must(t, err)
-	defer e.Close()
+	e := n.engine(t)
 	testutil.Run(t, "fsfreeze", "--freeze", frozenDir)
 	thaw := sync.OnceFunc(func() { testutil.Run(t, "fsfreeze", "--unfreeze", frozenDir) })
 	t.Cleanup(thaw)

@@ -35,4 +35,5 @@ func (e *Engine) forgetLauncher(launcher types.UID) {
 	dropLauncher(&e.held.mu, e.held.former, launcher)
 	dropLauncher(&e.answers.mu, e.answers.pending, launcher)
 	dropLauncher(&e.answers.mu, e.answers.late, launcher)
+	e.ruleWatch.forget(launcher)
 }
