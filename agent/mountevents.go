@@ -55,14 +55,20 @@ func (a *Agent) watchMounts(ctx context.Context) {
 	}
 	h := &mountHolds{}
 	err := w.WatchMounts(ctx, func(c MountChange) { a.mountsChanged(h, c, time.Now()) })
+	a.watchEnded(ctx, err, "the node reports no mount changes", "mount change reports stopped",
+		"foreign changes to targets are repaired at the next resync")
+}
+
+// watchEnded logs why one of the node's watchers returned before ctx
+// ended: unsupported (Info) or stopped (Warn), each followed by what the
+// resync still does in its stead.
+func (a *Agent) watchEnded(ctx context.Context, err error, unsupported, stopped, meanwhile string) {
 	switch {
 	case ctx.Err() != nil:
 	case errors.Is(err, errors.ErrUnsupported):
-		a.log.Info("the node reports no mount changes; foreign changes to targets are repaired at the next resync",
-			"resyncPeriod", a.cfg.ResyncPeriod.String(), "reason", err.Error())
+		a.log.Info(unsupported+"; "+meanwhile, "resyncPeriod", a.cfg.ResyncPeriod.String(), "reason", err.Error())
 	case err != nil:
-		a.log.Warn("mount change reports stopped; foreign changes to targets are repaired at the next resync",
-			"resyncPeriod", a.cfg.ResyncPeriod.String(), "error", err.Error())
+		a.log.Warn(stopped+"; "+meanwhile, "resyncPeriod", a.cfg.ResyncPeriod.String(), "error", err.Error())
 	}
 }
 

@@ -5,7 +5,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -45,15 +44,8 @@ func (a *Agent) watchRules(ctx context.Context) {
 	}
 	h := &mountHolds{}
 	err := w.WatchRules(ctx, func(c MountChange) { a.rulesRewritten(h, c, time.Now()) })
-	switch {
-	case ctx.Err() != nil:
-	case errors.Is(err, errors.ErrUnsupported):
-		a.log.Info("the node reports no device rule rewrites; a lost rule is restored at the next resync",
-			"resyncPeriod", a.cfg.ResyncPeriod.String(), "reason", err.Error())
-	case err != nil:
-		a.log.Warn("device rule rewrite reports stopped; a lost rule is restored at the next resync",
-			"resyncPeriod", a.cfg.ResyncPeriod.String(), "error", err.Error())
-	}
+	a.watchEnded(ctx, err, "the node reports no device rule rewrites", "device rule rewrite reports stopped",
+		"a lost rule is restored at the next resync")
 }
 
 // rulesRewritten marks each touched launcher's VMI to verify its block

@@ -46,6 +46,9 @@ func (in *inspector) readHandlerRecords(cl *apiView, vmis []*kubevirt.VMI, warn 
 			warn(fmt.Sprintf("virt-handler's record of VMI %s/%s not read: %v", vmi.Namespace, vmi.Name, err))
 			continue
 		}
+		if len(rec.Volumes) == 0 {
+			continue // no record, or one naming no hotplug target
+		}
 		var known []types.UID
 		for l := range rec.Volumes {
 			known = append(known, l)
