@@ -54,7 +54,7 @@ func TestReconcileDirectoryVolumes(t *testing.T) {
 // without a status entry or attachment pod.
 func TestPlanDirectoryKeptWhileInSpec(t *testing.T) {
 	vmi := kubevirt.VMI{Spec: kubevirt.VMISpec{UtilityVolumes: []kubevirt.UtilityVolume{{Name: "backup", ClaimName: "c"}}}}
-	plan := buildPlan(planInput{Spec: &vmi.Spec, Observed: []ObservedVolume{
+	plan := buildPlan(planInput{VMI: &vmi, Observed: []ObservedVolume{
 		healthyObserved("backup", kubevirt.Directory),
 		{Name: "backup-leftover", Mode: kubevirt.Directory},
 	}, Resync: true, GrowFilesystems: true})

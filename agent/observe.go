@@ -96,7 +96,7 @@ func (a *Agent) observe(ctx context.Context, d decision) observation {
 
 // mayDetach reports whether the pass's plan may detach anything: a
 // launcher to empty holds something, or the served one holds a volume
-// that left the spec. Only then is virt-handler's record read.
+// its VMI no longer keeps. Only then is virt-handler's record read.
 func mayDetach(d decision, o observation) bool {
 	for _, ol := range o.Clean {
 		if len(ol.Volumes) > 0 {
@@ -106,7 +106,7 @@ func mayDetach(d decision, o observation) bool {
 	if d.Launcher == nil || d.VMI == nil {
 		return false
 	}
-	return slices.ContainsFunc(o.Launcher.Volumes, func(v ObservedVolume) bool { return !d.VMI.Spec.HasVolume(v.Name) })
+	return slices.ContainsFunc(o.Launcher.Volumes, func(v ObservedVolume) bool { return !d.VMI.Keeps(v.Name) })
 }
 
 // confirmGone asks the API server whether the VMI of key, remembered with

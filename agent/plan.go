@@ -29,8 +29,9 @@ type op struct {
 
 // planInput is everything a plan is computed from.
 type planInput struct {
-	// Spec is nil when the VMI is gone: everything observed is detached.
-	Spec     *kubevirt.VMISpec
+	// VMI is nil when the VMI is gone: everything observed is detached.
+	// Otherwise what it keeps (kubevirt.VMI.Keeps) is not.
+	VMI      *kubevirt.VMI
 	Intents  []volumeIntent
 	Observed []ObservedVolume
 	// Resync is set on the periodic pass: block nodes are re-verified and
@@ -79,7 +80,7 @@ func planPass(d decision, o observation) []launcherPlan {
 	}
 	st := d.State
 	return append(plans, launcherPlan{Launcher: d.Launcher.UID, Key: d.Key, Ops: buildPlan(planInput{
-		Spec: &d.VMI.Spec, Intents: d.Intents, Observed: o.Launcher.Volumes, Resync: d.Resync,
+		VMI: d.VMI, Intents: d.Intents, Observed: o.Launcher.Volumes, Resync: d.Resync,
 		VerifyBlock: st.compute != "" && st.compute != d.Compute || d.VerifyRules, GrowFilesystems: d.GrowFilesystems,
 		CapacityChanged: func(name string, c int64) bool {
 			last, ok := st.capacity[name]
@@ -113,12 +114,12 @@ func buildPlan(in planInput) []op {
 	for i := range in.Observed {
 		o := &in.Observed[i]
 		observed[o.Name] = o
-		if (in.Spec == nil || !in.Spec.HasVolume(o.Name)) && !in.NoDetach {
+		if (in.VMI == nil || !in.VMI.Keeps(o.Name)) && !in.NoDetach {
 			left := in.LeftToHandler != nil && in.LeftToHandler(o.Name)
 			detaches = append(detaches, op{Kind: outcome.Detach, Name: o.Name, Observed: o, LeftToHandler: left})
 		}
 	}
-	if in.Spec != nil {
+	if in.VMI != nil {
 		for i := range in.Intents {
 			it := &in.Intents[i]
 			if it.Refused != nil {

@@ -19,10 +19,16 @@ import (
 )
 
 func TestBuildPlan(t *testing.T) {
-	spec := &kubevirt.VMISpec{Volumes: []kubevirt.Volume{
+	spec := &kubevirt.VMI{Spec: kubevirt.VMISpec{Volumes: []kubevirt.Volume{
 		{Name: "a", PersistentVolumeClaim: &kubevirt.PVCVolumeSource{ClaimName: "ca", Hotpluggable: true}},
 		{Name: "b", PersistentVolumeClaim: &kubevirt.PVCVolumeSource{ClaimName: "cb", Hotpluggable: true}},
-	}}
+	}}}
+	// zz left the spec, but virt-launcher has not detached its disk yet;
+	// zy's disk is detached (no target), its entry not yet removed.
+	hp := &kubevirt.HotplugVolumeStatus{}
+	unplugging := &kubevirt.VMI{Spec: spec.Spec, Status: kubevirt.VMIStatus{VolumeStatus: []kubevirt.VolumeStatus{
+		{Name: "a", Target: "sda", HotplugVolume: hp}, {Name: "zz", Target: "sdb", HotplugVolume: hp},
+		{Name: "zy", Phase: "UnMountedFromPod", HotplugVolume: hp}}}}
 	intent := func(name string, mode kubevirt.VolumeMode, attachable bool) volumeIntent {
 		return volumeIntent{HotplugVolume: kubevirt.HotplugVolume{Name: name, Mode: mode},
 			Desired: DesiredVolume{Name: name, Mode: mode, LauncherUID: launcherUID}, Attachable: attachable}
@@ -33,47 +39,50 @@ func TestBuildPlan(t *testing.T) {
 		in   planInput
 		want []string
 	}{
-		{"all healthy is empty", planInput{Spec: spec,
+		{"all healthy is empty", planInput{VMI: spec,
 			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Block, true)},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}}, nil},
-		{"missing is attached", planInput{Spec: spec,
+		{"missing is attached", planInput{VMI: spec,
 			Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)}}, []string{"attach a"}},
-		{"stacked is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+		{"stacked is repaired", planInput{VMI: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
 			Observed: []ObservedVolume{{Name: "a", Mode: kubevirt.Filesystem, Mounted: true, Stacked: 2}}}, []string{"attach a"}},
-		{"gone source is repaired", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+		{"gone source is repaired", planInput{VMI: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
 			Observed: []ObservedVolume{{Name: "a", Mode: kubevirt.Filesystem, Mounted: true, Stacked: 1, SourceGone: true}}}, []string{"attach a"}},
-		{"removed from spec is detached first", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+		{"removed from spec is detached first", planInput{VMI: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
 			Observed: []ObservedVolume{healthyObserved("zz", kubevirt.Filesystem)}}, []string{"detach zz", "attach a"}},
-		{"a target virt-handler's record names is left to it", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+		{"a target virt-handler's record names is left to it", planInput{VMI: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
 			LeftToHandler: func(n string) bool { return n == "zz" },
 			Observed:      []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("zz", kubevirt.Filesystem), healthyObserved("zy", kubevirt.Block)}},
 			[]string{"detach zy", "detach zz (left to virt-handler)"}},
-		{"an unread record detaches nothing", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)}, NoDetach: true,
+		{"a volume the domain still holds is not detached yet", planInput{VMI: unplugging, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)},
+			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("zz", kubevirt.Filesystem), healthyObserved("zy", kubevirt.Block)}},
+			[]string{"detach zy"}},
+		{"an unread record detaches nothing", planInput{VMI: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true)}, NoDetach: true,
 			Observed: []ObservedVolume{healthyObserved("zz", kubevirt.Filesystem)}}, []string{"attach a"}},
 		{"vmi gone detaches all", planInput{Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}},
 			[]string{"detach a", "detach b"}},
-		{"not attachable healthy is kept", planInput{Spec: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, false)},
+		{"not attachable healthy is kept", planInput{VMI: spec, Intents: []volumeIntent{intent("a", kubevirt.Filesystem, false)},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem)}}, nil},
-		{"refused healthy is kept", planInput{Spec: spec,
+		{"refused healthy is kept", planInput{VMI: spec,
 			Intents: []volumeIntent{{HotplugVolume: kubevirt.HotplugVolume{Name: "a", Refused: &kubevirt.Refusal{Reason: "x"}},
 				Desired: DesiredVolume{Name: "a", Mode: kubevirt.Filesystem}}},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem)}}, nil},
-		{"resync verifies block and grows", planInput{Spec: spec, Resync: true, GrowFilesystems: true,
+		{"resync verifies block and grows", planInput{VMI: spec, Resync: true, GrowFilesystems: true,
 			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Block, true)},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}},
 			[]string{"verify b", "grow a", "grow b"}},
-		{"resync verifies the rule of a block node no pod publishes", planInput{Spec: spec, Resync: true,
+		{"resync verifies the rule of a block node no pod publishes", planInput{VMI: spec, Resync: true,
 			Intents:  []volumeIntent{intent("b", kubevirt.Block, false)},
 			Observed: []ObservedVolume{healthyObserved("b", kubevirt.Block)}},
 			[]string{"verify b", "grow b"}},
-		{"a new compute container verifies block nodes only", planInput{Spec: spec, VerifyBlock: true, GrowFilesystems: true,
+		{"a new compute container verifies block nodes only", planInput{VMI: spec, VerifyBlock: true, GrowFilesystems: true,
 			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Block, true)},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Block)}},
 			[]string{"verify b"}},
-		{"resync without grow-filesystems", planInput{Spec: spec, Resync: true,
+		{"resync without grow-filesystems", planInput{VMI: spec, Resync: true,
 			Intents:  []volumeIntent{intent("a", kubevirt.Filesystem, true)},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem)}}, nil},
-		{"a volume whose storage does not answer gets no growth check", planInput{Spec: spec, Resync: true, GrowFilesystems: true,
+		{"a volume whose storage does not answer gets no growth check", planInput{VMI: spec, Resync: true, GrowFilesystems: true,
 			Intents: []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Filesystem, true)},
 			Observed: []ObservedVolume{healthyObserved("a", kubevirt.Filesystem),
 				func() ObservedVolume {
@@ -82,7 +91,7 @@ func TestBuildPlan(t *testing.T) {
 					return o
 				}()}},
 			[]string{"grow a"}},
-		{"capacity change grows", planInput{Spec: spec, GrowFilesystems: true,
+		{"capacity change grows", planInput{VMI: spec, GrowFilesystems: true,
 			CapacityChanged: func(n string, _ int64) bool { return n == "a" },
 			Intents:         []volumeIntent{intent("a", kubevirt.Filesystem, true), intent("b", kubevirt.Filesystem, true)},
 			Observed:        []ObservedVolume{healthyObserved("a", kubevirt.Filesystem), healthyObserved("b", kubevirt.Filesystem)}},

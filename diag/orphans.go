@@ -18,13 +18,14 @@ import (
 )
 
 // wantedVolumes maps a launcher pod UID on this node to the hotplug volume
-// names its VMI has in spec.volumes.
+// names its VMI keeps (kubevirt.VMI.Keeps): a volume on its way out of the
+// domain is not an orphan yet.
 func wantedVolumes(vmis []*kubevirt.VMI, node string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for _, vmi := range vmis {
 		for _, uid := range kubevirt.ActivePodsOn(vmi, node) {
 			names := map[string]bool{}
-			for _, name := range vmi.Spec.HotplugVolumeNames() {
+			for _, name := range vmi.KeptVolumeNames() {
 				names[name] = true
 			}
 			out[string(uid)] = names

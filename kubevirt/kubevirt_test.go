@@ -4,6 +4,7 @@
 package kubevirt_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -217,5 +218,31 @@ func TestDirectoryVolumes(t *testing.T) {
 				t.Fatalf("spec does not name %q: %v", last.Name, vmi.Spec.HotplugVolumeNames())
 			}
 		})
+	}
+}
+
+// TestKeeps: a volume is kept while the spec names it or the domain still
+// holds its disk (the status entry of a hotplug volume names a target).
+func TestKeeps(t *testing.T) {
+	vmi := &kubevirt.VMI{
+		Spec: kubevirt.VMISpec{Volumes: []kubevirt.Volume{{Name: "a", PersistentVolumeClaim: &kubevirt.PVCVolumeSource{ClaimName: "ca", Hotpluggable: true}}},
+			UtilityVolumes: []kubevirt.UtilityVolume{{Name: "dump", ClaimName: "cd"}}},
+		Status: kubevirt.VMIStatus{VolumeStatus: []kubevirt.VolumeStatus{
+			{Name: "a", Target: "sda", HotplugVolume: &kubevirt.HotplugVolumeStatus{}},
+			{Name: "held", Target: "sdb", HotplugVolume: &kubevirt.HotplugVolumeStatus{}},
+			{Name: "let-go", Phase: "UnMountedFromPod", HotplugVolume: &kubevirt.HotplugVolumeStatus{}},
+			{Name: "boot", Target: "vda"},
+		}},
+	}
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{{"a", true}, {"dump", true}, {"held", true}, {"let-go", false}, {"boot", false}, {"gone", false}} {
+		if got := vmi.Keeps(tc.name); got != tc.want {
+			t.Errorf("Keeps(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got, want := vmi.KeptVolumeNames(), []string{"a", "dump", "held"}; !slices.Equal(got, want) {
+		t.Errorf("KeptVolumeNames() = %q, want %q", got, want)
 	}
 }

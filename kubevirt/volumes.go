@@ -316,6 +316,38 @@ func (s *VMISpec) HasVolume(name string) bool {
 	return false
 }
 
+// DomainHolds reports whether the VMI's domain may still hold the hotplug
+// volume as a disk: its status entry names a disk target. virt-handler sets the
+// target from the domain's disks and clears it only once virt-launcher has
+// detached the disk, which happens after the volume left the spec.
+func (s *VMIStatus) DomainHolds(name string) bool {
+	st := s.VolumeStatusByName(name)
+	return st != nil && st.holdsDisk()
+}
+
+func (s *VolumeStatus) holdsDisk() bool { return s.HotplugVolume != nil && s.Target != "" }
+
+// Keeps reports whether the VMI's launcher keeps the volume: the spec
+// names it, or the domain still holds it (DomainHolds). A volume removed
+// from the spec is detached only after the domain let it go: before that
+// the disk is still QEMU's, and virt-handler's Mount, which walks status,
+// would bind again what was removed.
+func (v *VMI) Keeps(name string) bool {
+	return v.Spec.HasVolume(name) || v.Status.DomainHolds(name)
+}
+
+// KeptVolumeNames lists the hotplug volumes the launcher keeps (Keeps):
+// those of the spec, then those only the domain still holds.
+func (v *VMI) KeptVolumeNames() []string {
+	names := v.Spec.HotplugVolumeNames()
+	for _, st := range v.Status.VolumeStatus {
+		if st.holdsDisk() && !slices.Contains(names, st.Name) {
+			names = append(names, st.Name)
+		}
+	}
+	return names
+}
+
 // Mode is the volume mode, Filesystem when KubeVirt left it empty.
 func (i *PersistentVolumeClaimInfo) Mode() VolumeMode {
 	if i == nil || i.VolumeMode == "" {
