@@ -39,9 +39,12 @@ type Request struct {
 	Op string `json:"op"`
 	// Launchers are launchers to sync that hold no desired volume (a VMI
 	// gone, a migration source done); op sync only.
-	Launchers   []types.UID `json:"launchers"`
-	KubeletRoot string      `json:"kubeletRoot"`
-	CgroupRoot  string      `json:"cgroupRoot"`
+	Launchers []types.UID `json:"launchers"`
+	// Served is the launcher serving the VMI: op sync observes it even
+	// when no volume is desired (the last one unplugged).
+	Served      types.UID `json:"served"`
+	KubeletRoot string    `json:"kubeletRoot"`
+	CgroupRoot  string    `json:"cgroupRoot"`
 	// CgroupMode is blockdev's mode; empty is v1.
 	CgroupMode  blockdev.CgroupMode `json:"cgroupMode"`
 	LauncherDir string              `json:"launcherDir"`
@@ -55,6 +58,10 @@ type Request struct {
 	// does (agent.HandlerRecord.Leaves) while the launcher's pod is there.
 	VMI             types.UID `json:"vmi"`
 	HandlerStateDir string    `json:"handlerStateDir"`
+	// Status is the VMI's status, when the test has one: op sync keeps
+	// a volume that left the request's volumes while the domain still
+	// holds it, as the agent's plan does (kubevirt.VMI.Keeps).
+	Status kubevirt.VMIStatus `json:"status"`
 	// PodsGone are launchers whose pod is deleted: nothing in them is
 	// left to virt-handler.
 	PodsGone []types.UID `json:"podsGone"`
@@ -193,6 +200,9 @@ func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, req Reque
 	for _, l := range launchers {
 		want[l] = map[string]bool{}
 	}
+	if req.Served != "" && want[req.Served] == nil {
+		want[req.Served] = map[string]bool{}
+	}
 	healthy := map[types.UID]map[string]bool{}
 	for _, v := range vols {
 		if healthy[v.LauncherUID] != nil {
@@ -241,6 +251,10 @@ func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, req Reque
 		}
 		for _, o := range observed {
 			if names[o.Name] {
+				continue
+			}
+			if !slices.Contains(launchers, l) && req.Status.DomainHolds(o.Name) {
+				out = append(out, Result{Name: o.Name, Outcome: "kept: the domain holds it"})
 				continue
 			}
 			if rec.Leaves(l, o.Name) && !slices.Contains(req.PodsGone, l) {

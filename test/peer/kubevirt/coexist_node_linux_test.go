@@ -65,6 +65,10 @@ type coNode struct {
 	rng       *rand.Rand
 	lastDelay time.Duration
 	seamSkip  int
+	// handler, when set, is virt-handler's own controller syncing the
+	// node (handler_linux_test.go); hpmount reads the VMI's status from
+	// its API server.
+	handler *kvHandler
 	// syscalls counts hpmount's changing syscalls (strace) per sync.
 	hpSyscalls int
 	// traced is what strace saw of each sync that changed anything.
@@ -171,6 +175,12 @@ func (n *coNode) hpmountPaused(t *testing.T, op string, between func()) map[stri
 	req := map[string]any{"op": op, "kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot,
 		"launcherDir": launcherView, "volumes": n.desired(), "launchers": n.gone,
 		"handlerStateDir": n.stateDir, "vmi": n.vmi().UID, "podsGone": n.podsGone, "stuckAtOnce": n.stuckAtOnce}
+	if inCgroupV2Node {
+		req["cgroupMode"] = "v2"
+	}
+	if n.handler != nil {
+		req["status"], req["served"] = n.handler.hpmountStatus(t), n.launcher
+	}
 	fifo := filepath.Join(n.stateDir, "pause")
 	if between != nil {
 		_ = os.Remove(fifo)
@@ -441,15 +451,21 @@ func (n *coNode) publishBlock(t *testing.T, v peerVolume, attach types.UID, disk
 func (n *coNode) unpublish(t *testing.T, uid types.UID) {
 	t.Helper()
 	for _, v := range n.vols {
-		if v.mode == kubevirt.Block {
-			pub := filepath.Join(kubeletRoot, kubelet.CSIPublishFile(n.pvName(v), string(uid)))
-			must(t, unix.Unmount(pub, unix.MNT_DETACH))
-			must(t, os.Remove(filepath.Join(kubeletRoot, kubelet.VolumeDevicesDir(string(uid)), "kubernetes.io~csi", n.pvName(v))))
-			continue
-		}
-		if err := unix.Unmount(n.mountDirOf(uid, v), unix.MNT_DETACH); err == nil {
-			must(t, os.Remove(n.mountDirOf(uid, v)))
-		}
+		n.unpublishVolume(t, uid, v)
+	}
+}
+
+// unpublishVolume takes volume v away from attachment pod uid.
+func (n *coNode) unpublishVolume(t *testing.T, uid types.UID, v peerVolume) {
+	t.Helper()
+	if v.mode == kubevirt.Block {
+		pub := filepath.Join(kubeletRoot, kubelet.CSIPublishFile(n.pvName(v), string(uid)))
+		must(t, unix.Unmount(pub, unix.MNT_DETACH))
+		must(t, os.Remove(filepath.Join(kubeletRoot, kubelet.VolumeDevicesDir(string(uid)), "kubernetes.io~csi", n.pvName(v))))
+		return
+	}
+	if err := unix.Unmount(n.mountDirOf(uid, v), unix.MNT_DETACH); err == nil {
+		must(t, os.Remove(n.mountDirOf(uid, v)))
 	}
 }
 

@@ -20,6 +20,14 @@
 //     the one that carries hpmount's rule there.
 //   - known_linux_test.go reproduces kubevirt#16520, #16532 and #17882
 //     with KubeVirt's code and runs hpmount in the same situation.
+//   - handler_linux_test.go runs virt-handler's own VM controller
+//     (pkg/virt-handler's VirtualMachineController, its informers fed by a
+//     fake API server, its real mounter and per-sync cgroup managers, its
+//     real status updates) beside hpmount; virt-launcher's disk attach and
+//     detach, QEMU's open (as 107, in the compute cgroup) and
+//     virt-controller's volume status are the test's own.
+//     handler_unplug_linux_test.go runs KubeVirt's unplug order with it,
+//     on cgroup v1 and v2.
 //   - migrated_linux_test.go measures what each does while a hotplugged
 //     volume is volume-migrated (KubeVirt reads status.migratedVolumes,
 //     hpmount does not), on the source node and on the target.

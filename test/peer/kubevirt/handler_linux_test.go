@@ -1,0 +1,386 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package peer
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/mock/gomock"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	framework "k8s.io/client-go/tools/cache/testing"
+	"k8s.io/client-go/tools/record"
+	v1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubecli"
+	kubevirtfake "kubevirt.io/client-go/kubevirt/fake"
+	cmdv1 "kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/v1"
+	"kubevirt.io/kubevirt/pkg/testutils"
+	virthandler "kubevirt.io/kubevirt/pkg/virt-handler"
+	virtcache "kubevirt.io/kubevirt/pkg/virt-handler/cache"
+	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
+	"kubevirt.io/kubevirt/pkg/virt-handler/isolation"
+	launcherclients "kubevirt.io/kubevirt/pkg/virt-handler/launcher-clients"
+	migrationproxy "kubevirt.io/kubevirt/pkg/virt-handler/migration-proxy"
+	"kubevirt.io/kubevirt/pkg/virt-launcher/virtwrap/api"
+
+	"github.com/hpmount/hpmount/kubevirt"
+)
+
+// kvHandler is virt-handler's own VM controller, KubeVirt's
+// VirtualMachineController, for the coNode's VMI: its informers fed from
+// a fake API server, its real hotplug mounter, its real cgroup managers
+// (a fresh one per sync, found through the launcher's socket) and its
+// real status updates. Only what cannot run here is the test's own:
+//   - virt-launcher (libvirt, QEMU): fakeLauncher attaches and detaches
+//     the domain's disks as virt-launcher decides, and opens each disk as
+//     QEMU does (uid 107, in the compute container's cgroup);
+//   - virt-controller: the test writes the volume status entries and
+//     deletes an unplugged volume's attachment pod, as its
+//     updateVolumeStatus and cleanupAttachmentPods do;
+//   - the network and downward-metrics setup (stubs that do nothing).
+type kvHandler struct {
+	n        *coNode
+	ctrl     *virthandler.VirtualMachineController
+	vmis     cache.SharedIndexInformer
+	vmiSrc   *framework.FakeControllerSource
+	domains  cache.SharedIndexInformer
+	domSrc   *framework.FakeControllerSource
+	client   *kubevirtfake.Clientset
+	recorder *record.FakeRecorder
+	launcher *fakeLauncher
+}
+
+// ghostCache is virt-handler's process-wide ghost record cache, which the
+// controller's cleanup writes to; set up once per test binary.
+var ghostCache sync.Once
+
+func newKVHandler(t *testing.T, n *coNode) *kvHandler {
+	t.Helper()
+	ghostCache.Do(func() {
+		dir, err := os.MkdirTemp("/run", "peer-ghosts-")
+		must(t, err)
+		virtcache.InitializeGhostRecordCache(virtcache.NewIterableCheckpointManager(dir))
+	})
+	private := t.TempDir()
+	n.stateDir = filepath.Join(private, "hotplug-volume-mount-state")
+	h := &kvHandler{n: n, client: kubevirtfake.NewSimpleClientset(), recorder: record.NewFakeRecorder(1000)}
+	h.vmis, h.vmiSrc = testutils.NewFakeInformerFor(&v1.VirtualMachineInstance{})
+	h.domains, h.domSrc = testutils.NewFakeInformerFor(&api.Domain{})
+	mock := gomock.NewController(t)
+	virtClient := kubecli.NewMockKubevirtClient(mock)
+	virtClient.EXPECT().CoreV1().Return(k8sfake.NewSimpleClientset().CoreV1()).AnyTimes()
+	virtClient.EXPECT().VirtualMachineInstance(gomock.Any()).DoAndReturn(func(ns string) kubecli.VirtualMachineInstanceInterface {
+		return h.client.KubevirtV1().VirtualMachineInstances(ns)
+	}).AnyTimes()
+	config, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{})
+	h.launcher = &fakeLauncher{h: h}
+	client := cmdclient.NewMockLauncherClient(mock)
+	client.EXPECT().SyncVirtualMachine(gomock.Any(), gomock.Any()).DoAndReturn(h.launcher.sync).AnyTimes()
+	clients := &launcherclients.MockLauncherClientManager{Initialized: true, Client: client,
+		ClientInfo: &virtcache.LauncherClientInfo{Client: client, Ready: true}}
+	ctrl, err := virthandler.NewVirtualMachineController(h.recorder, virtClient, nodeName, private, podsDir, clients,
+		h.vmis, h.vmis.GetStore(), h.domains, 10, config, isolation.NewSocketBasedIsolationDetector(),
+		migrationproxy.NewMigrationProxyManager(&tls.Config{}, &tls.Config{}, &tls.Config{}, config),
+		noDownwardMetrics{}, nil, "", noNetConf{}, noNetStat{})
+	must(t, err)
+	h.ctrl = ctrl
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go h.vmis.Run(stop)
+	go h.domains.Run(stop)
+	if !cache.WaitForCacheSync(stop, h.vmis.HasSynced, h.domains.HasSynced) {
+		t.Fatal("virt-handler's informers did not sync")
+	}
+	return h
+}
+
+// start creates the VMI, Running, and its domain, Running with no
+// hotplugged disk yet, as they are once the VM has booted.
+func (h *kvHandler) start(t *testing.T) {
+	t.Helper()
+	vmi := h.n.vmi()
+	vmi.Status.Phase = v1.Running
+	created, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Create(context.Background(), vmi, metav1.CreateOptions{})
+	must(t, err)
+	h.vmiSrc.Add(created)
+	dom := api.NewMinimalDomainWithNS(vmi.Namespace, vmi.Name)
+	dom.Spec.Metadata.KubeVirt.UID = vmi.UID
+	dom.Status.Status = api.Running
+	h.domSrc.Add(dom)
+	h.launcher.domain = dom.DeepCopy()
+	h.waitFor(t, h.vmis, created.ResourceVersion)
+	h.waitFor(t, h.domains, dom.ResourceVersion)
+}
+
+// sync is one sync of the VMI by virt-handler, as a change of it or of
+// its domain starts one: the key is queued, Execute runs it, and what it
+// wrote to the VMI comes back through the informer. It returns the sync's
+// errors: each line virt-handler logged at level error or warning, the
+// reason it re-queued the key, and each Warning event it recorded.
+func (h *kvHandler) sync(t *testing.T) error {
+	t.Helper()
+	h.n.kvLog.take()
+	h.touch(t)
+	h.ctrl.Execute()
+	h.feedBack(t)
+	logged := h.n.kvLog.take()
+	errs := kvErrorLines(logged)
+	for _, l := range strings.Split(logged, "\n") {
+		if strings.Contains(l, "re-enqueuing VirtualMachineInstance") {
+			errs = append(errs, l)
+		}
+	}
+	for len(h.recorder.Events) > 0 {
+		if e := <-h.recorder.Events; strings.HasPrefix(e, "Warning") {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("virt-handler's sync: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// touch sends the VMI as it is to virt-handler's informer, as a watch
+// event does, so that the controller queues its key.
+func (h *kvHandler) touch(t *testing.T) {
+	t.Helper()
+	vmi := h.get(t)
+	h.vmiSrc.Modify(vmi)
+	h.waitFor(t, h.vmis, vmi.ResourceVersion)
+}
+
+// feedBack brings the domain fakeLauncher left to virt-handler's
+// informer, as virt-launcher's domain events do.
+func (h *kvHandler) feedBack(t *testing.T) {
+	t.Helper()
+	dom := h.launcher.domain.DeepCopy()
+	h.domSrc.Modify(dom)
+	h.waitFor(t, h.domains, dom.ResourceVersion)
+}
+
+// waitFor waits until informer's store holds an object at resource
+// version rv.
+func (h *kvHandler) waitFor(t *testing.T, informer cache.SharedIndexInformer, rv string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, o := range informer.GetStore().List() {
+			if m, err := objectMeta(o); err == nil && m.GetResourceVersion() == rv {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("informer never saw resource version %s: %v", rv, err)
+	}
+}
+
+// remarshal decodes into out what in encodes to in JSON: KubeVirt's
+// types read as hpmount's model.
+func remarshal(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+func objectMeta(o any) (metav1.Object, error) {
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T has no object meta", o)
+	}
+	return m, nil
+}
+
+// get is the VMI as the API server has it.
+func (h *kvHandler) get(t *testing.T) *v1.VirtualMachineInstance {
+	t.Helper()
+	vmi := h.n.vmi()
+	got, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Get(context.Background(), vmi.Name, metav1.GetOptions{})
+	must(t, err)
+	return got
+}
+
+// update writes the VMI back after change, as virt-controller or a user
+// does.
+func (h *kvHandler) update(t *testing.T, change func(*v1.VirtualMachineInstance)) {
+	t.Helper()
+	vmi := h.get(t)
+	change(vmi)
+	_, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Update(context.Background(), vmi, metav1.UpdateOptions{})
+	must(t, err)
+}
+
+// unplug removes volume name from the spec, as the user's removeVolume
+// does; its status entry stays for virt-controller to remove.
+func (h *kvHandler) unplug(t *testing.T, name string) {
+	t.Helper()
+	h.update(t, func(vmi *v1.VirtualMachineInstance) {
+		var kept []v1.Volume
+		for _, v := range vmi.Spec.Volumes {
+			if v.Name != name {
+				kept = append(kept, v)
+			}
+		}
+		vmi.Spec.Volumes = kept
+	})
+}
+
+// status is the status entry of volume name, nil once removed.
+func (h *kvHandler) status(t *testing.T, name string) *v1.VolumeStatus {
+	t.Helper()
+	for _, st := range h.get(t).Status.VolumeStatus {
+		if st.Name == name {
+			return &st
+		}
+	}
+	return nil
+}
+
+// dropStatus removes volume name's status entry, as virt-controller does
+// once the volume's attachment pod is gone.
+func (h *kvHandler) dropStatus(t *testing.T, name string) {
+	t.Helper()
+	h.update(t, func(vmi *v1.VirtualMachineInstance) {
+		var kept []v1.VolumeStatus
+		for _, st := range vmi.Status.VolumeStatus {
+			if st.Name != name {
+				kept = append(kept, st)
+			}
+		}
+		vmi.Status.VolumeStatus = kept
+	})
+}
+
+// hpmountStatus is the VMI's status as hpmount's agent reads it, in
+// hpmount's model.
+func (h *kvHandler) hpmountStatus(t *testing.T) kubevirt.VMIStatus {
+	t.Helper()
+	var st kubevirt.VMIStatus
+	must(t, remarshal(h.get(t).Status, &st))
+	return st
+}
+
+// fakeLauncher is virt-launcher's side of a sync for hotplugged disks:
+// a hotplug volume whose status says it is mounted in the pod (or ready)
+// is attached to the domain once its target is in the launcher's
+// hotplug-disks, and a disk whose volume left the spec is detached. Each
+// disk attached is then opened as QEMU opens it; a failure is QEMU's
+// error, kept in refused.
+type fakeLauncher struct {
+	h      *kvHandler
+	mu     sync.Mutex
+	domain *api.Domain
+	// refused are the opens that failed, by sync.
+	refused []string
+	syncs   int
+}
+
+func (l *fakeLauncher) sync(vmi *v1.VirtualMachineInstance, _ *cmdv1.VirtualMachineOptions) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.syncs++
+	inSpec := map[string]bool{}
+	for _, v := range vmi.Spec.Volumes {
+		inSpec[v.Name] = true
+	}
+	var disks []api.Disk
+	attached := map[string]bool{}
+	for _, d := range l.domain.Spec.Devices.Disks {
+		if inSpec[d.Alias.GetName()] {
+			disks = append(disks, d)
+			attached[d.Alias.GetName()] = true
+		}
+	}
+	for _, st := range vmi.Status.VolumeStatus {
+		if st.HotplugVolume == nil || !inSpec[st.Name] || attached[st.Name] || st.MemoryDumpVolume != nil ||
+			(st.Phase != v1.HotplugVolumeMounted && st.Phase != v1.VolumeReady) {
+			continue
+		}
+		if d, ok := l.disk(st); ok {
+			disks = append(disks, d)
+		}
+	}
+	l.domain.Spec.Devices.Disks = disks
+	return l.open(disks)
+}
+
+// disk is the domain disk of a hotplugged volume, as virt-launcher's
+// converter makes it, if its target is there.
+func (l *fakeLauncher) disk(st v1.VolumeStatus) (api.Disk, bool) {
+	d := api.Disk{Alias: api.NewUserDefinedAlias(st.Name), Target: api.DiskTarget{Bus: "scsi", Device: "sd" + st.Name[:1]}}
+	name := st.Name
+	block := st.PersistentVolumeClaimInfo != nil && st.PersistentVolumeClaimInfo.VolumeMode != nil &&
+		*st.PersistentVolumeClaimInfo.VolumeMode == "Block"
+	if !block {
+		name += ".img"
+	}
+	path := filepath.Join(launcherView, name)
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", l.h.n.launcherPod.pid(), path)); err != nil {
+		return d, false
+	}
+	if block {
+		d.Source.Dev = path
+	} else {
+		d.Source.File = path
+	}
+	return d, true
+}
+
+// open opens every attached disk as QEMU does: read-write, as 107, from
+// the compute container's cgroup, through the launcher's mount namespace.
+func (l *fakeLauncher) open(disks []api.Disk) error {
+	var paths []string
+	for _, d := range disks {
+		paths = append(paths, d.Source.File+d.Source.Dev)
+	}
+	failed, err := openAsQEMU(l.h.n.computeCgroup, l.h.n.launcherPod, paths)
+	if err != nil {
+		return err
+	}
+	for _, f := range failed {
+		l.refused = append(l.refused, fmt.Sprintf("sync %d: %s", l.syncs, f))
+	}
+	return nil
+}
+
+// attached lists the domain's disks by volume name.
+func (l *fakeLauncher) attached() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var names []string
+	for _, d := range l.domain.Spec.Devices.Disks {
+		names = append(names, d.Alias.GetName())
+	}
+	return names
+}
+
+// noDownwardMetrics, noNetConf and noNetStat stand in for virt-handler's
+// downward metrics server and network setup, which hotplug does not reach.
+type (
+	noDownwardMetrics struct{}
+	noNetConf         struct{}
+	noNetStat         struct{}
+)
+
+func (noDownwardMetrics) Run(chan struct{})                                  {}
+func (noDownwardMetrics) StartServer(*v1.VirtualMachineInstance, int) error  { return nil }
+func (noDownwardMetrics) StopServer(*v1.VirtualMachineInstance)              {}
+func (noNetConf) Setup(*v1.VirtualMachineInstance, []v1.Network, int) error  { return nil }
+func (noNetConf) Teardown(*v1.VirtualMachineInstance) error                  { return nil }
+func (noNetStat) UpdateStatus(*v1.VirtualMachineInstance, *api.Domain) error { return nil }
+func (noNetStat) Teardown(*v1.VirtualMachineInstance)                        {}
