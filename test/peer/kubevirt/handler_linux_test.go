@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -230,13 +231,7 @@ func (h *kvHandler) update(t *testing.T, change func(*v1.VirtualMachineInstance)
 func (h *kvHandler) unplug(t *testing.T, name string) {
 	t.Helper()
 	h.update(t, func(vmi *v1.VirtualMachineInstance) {
-		var kept []v1.Volume
-		for _, v := range vmi.Spec.Volumes {
-			if v.Name != name {
-				kept = append(kept, v)
-			}
-		}
-		vmi.Spec.Volumes = kept
+		vmi.Spec.Volumes = slices.DeleteFunc(vmi.Spec.Volumes, func(v v1.Volume) bool { return v.Name == name })
 	})
 }
 
@@ -256,13 +251,7 @@ func (h *kvHandler) status(t *testing.T, name string) *v1.VolumeStatus {
 func (h *kvHandler) dropStatus(t *testing.T, name string) {
 	t.Helper()
 	h.update(t, func(vmi *v1.VirtualMachineInstance) {
-		var kept []v1.VolumeStatus
-		for _, st := range vmi.Status.VolumeStatus {
-			if st.Name != name {
-				kept = append(kept, st)
-			}
-		}
-		vmi.Status.VolumeStatus = kept
+		vmi.Status.VolumeStatus = slices.DeleteFunc(vmi.Status.VolumeStatus, func(st v1.VolumeStatus) bool { return st.Name == name })
 	})
 }
 
