@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/log"
-	"kubevirt.io/kubevirt/pkg/virt-handler/cgroup"
 	hotplugdisk "kubevirt.io/kubevirt/pkg/virt-handler/hotplug-disk"
 
 	"github.com/hpmount/hpmount/kubelet"
@@ -84,7 +83,7 @@ func newCoNode(t *testing.T, prefix string, vols []peerVolume) *coNode {
 	n.computeIDs = map[types.UID]string{n.launcher: computeID}
 	log.Log.SetIOWriter(n.kvLog)
 	log.DefaultLogger().SetIOWriter(n.kvLog)
-	mgr, err := cgroup.NewManagerFromVM(n.vmi(), nodeName)
+	mgr, err := newCgroupManager(n.vmi())
 	must(t, err)
 	n.kvCgroup = mgr
 	n.restartKubeVirt()

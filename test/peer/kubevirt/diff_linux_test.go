@@ -279,7 +279,7 @@ func (n *peerNode) mountWithKubeVirt(t *testing.T) error {
 func (n *peerNode) kubeVirtMounter(t *testing.T) hotplugdisk.VolumeMounter {
 	t.Helper()
 	if n.kvMounter == nil {
-		mgr, err := cgroup.NewManagerFromVM(n.vmi(), nodeName)
+		mgr, err := newCgroupManager(n.vmi())
 		if err != nil {
 			t.Fatalf("KubeVirt's cgroup manager: %v", err)
 		}

@@ -1,7 +1,11 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package peer runs KubeVirt v1.7.0's own code against hpmount's (issue 20).
+// Package peer runs KubeVirt's own code against hpmount's (issue 20), at
+// v1.7.0 (go.mod) and at v1.8.4 (go test -modfile=go.kv184.mod
+// -tags=kubevirt184): the same files, but for kubevirt170_linux_test.go and
+// kubevirt184_linux_test.go, which hold the calls whose signatures differ.
+// The README's coexistence section lists what differs between the two.
 //
 //   - vmi_linux_test.go builds VMIs with kubevirt.io/api@v1.7.0's types and
 //     decodes them with hpmount's kubevirt.DecodeVMI: every field the model

@@ -26,8 +26,10 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
 	kubevirtfake "kubevirt.io/client-go/kubevirt/fake"
+	"kubevirt.io/client-go/log"
 	cmdv1 "kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/v1"
 	"kubevirt.io/kubevirt/pkg/testutils"
+	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
 	virthandler "kubevirt.io/kubevirt/pkg/virt-handler"
 	virtcache "kubevirt.io/kubevirt/pkg/virt-handler/cache"
 	cmdclient "kubevirt.io/kubevirt/pkg/virt-handler/cmd-client"
@@ -63,6 +65,20 @@ type kvHandler struct {
 	launcher *fakeLauncher
 }
 
+// vmControllerDeps are NewVirtualMachineController's arguments that do
+// not change between the versions (newVMController passes the rest).
+type vmControllerDeps struct {
+	recorder       record.EventRecorder
+	client         kubecli.KubevirtClient
+	privateDir     string
+	launchers      launcherclients.LauncherClientsManager
+	vmis           cache.SharedIndexInformer
+	domains        cache.SharedIndexInformer
+	config         *virtconfig.ClusterConfig
+	isolation      isolation.PodIsolationDetector
+	migrationProxy migrationproxy.ProxyManager
+}
+
 // ghostCache is virt-handler's process-wide ghost record cache, which the
 // controller's cleanup writes to; set up once per test binary.
 var ghostCache sync.Once
@@ -74,6 +90,10 @@ func newKVHandler(t *testing.T, n *coNode) *kvHandler {
 		must(t, err)
 		virtcache.InitializeGhostRecordCache(virtcache.NewIterableCheckpointManager(dir))
 	})
+	// virt-handler's default verbosity (--v 2): its Info lines, such as
+	// the reason a sync re-queued the key, are logged, not dropped.
+	must(t, log.Log.SetVerbosityLevel(2))
+	t.Cleanup(func() { _ = log.Log.SetVerbosityLevel(0) })
 	private := t.TempDir()
 	n.stateDir = filepath.Join(private, "hotplug-volume-mount-state")
 	h := &kvHandler{n: n, client: kubevirtfake.NewSimpleClientset(), recorder: record.NewFakeRecorder(1000)}
@@ -85,16 +105,19 @@ func newKVHandler(t *testing.T, n *coNode) *kvHandler {
 	virtClient.EXPECT().VirtualMachineInstance(gomock.Any()).DoAndReturn(func(ns string) kubecli.VirtualMachineInstanceInterface {
 		return h.client.KubevirtV1().VirtualMachineInstances(ns)
 	}).AnyTimes()
-	config, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{})
+	// No KVM on this machine: virt-handler allows emulation, as a cluster
+	// with developerConfiguration.useEmulation does.
+	config, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{
+		DeveloperConfiguration: &v1.DeveloperConfiguration{UseEmulation: true}})
 	h.launcher = &fakeLauncher{h: h}
 	client := cmdclient.NewMockLauncherClient(mock)
 	client.EXPECT().SyncVirtualMachine(gomock.Any(), gomock.Any()).DoAndReturn(h.launcher.sync).AnyTimes()
 	clients := &launcherclients.MockLauncherClientManager{Initialized: true, Client: client,
 		ClientInfo: &virtcache.LauncherClientInfo{Client: client, Ready: true}}
-	ctrl, err := virthandler.NewVirtualMachineController(h.recorder, virtClient, nodeName, private, podsDir, clients,
-		h.vmis, h.vmis.GetStore(), h.domains, 10, config, isolation.NewSocketBasedIsolationDetector(),
-		migrationproxy.NewMigrationProxyManager(&tls.Config{}, &tls.Config{}, &tls.Config{}, config),
-		noDownwardMetrics{}, nil, "", noNetConf{}, noNetStat{})
+	ctrl, err := newVMController(vmControllerDeps{recorder: h.recorder, client: virtClient, privateDir: private,
+		launchers: clients, vmis: h.vmis, domains: h.domains, config: config,
+		isolation:      isolation.NewSocketBasedIsolationDetector(),
+		migrationProxy: migrationproxy.NewMigrationProxyManager(&tls.Config{}, &tls.Config{}, &tls.Config{}, config)})
 	must(t, err)
 	h.ctrl = ctrl
 	stop := make(chan struct{})
@@ -113,6 +136,11 @@ func (h *kvHandler) start(t *testing.T) {
 	t.Helper()
 	vmi := h.n.vmi()
 	vmi.Status.Phase = v1.Running
+	// virt-api's mutating webhook stamps these on every VMI; v1.8.4's
+	// virt-handler patches an annotation in beside them (a JSON patch
+	// "add" needs the map to exist).
+	vmi.Annotations = map[string]string{v1.ControllerAPILatestVersionObservedAnnotation: "v1",
+		v1.ControllerAPIStorageVersionObservedAnnotation: "v1"}
 	created, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Create(context.Background(), vmi, metav1.CreateOptions{})
 	must(t, err)
 	h.vmiSrc.Add(created)

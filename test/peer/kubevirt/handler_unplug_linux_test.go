@@ -4,8 +4,10 @@
 package peer
 
 import (
+	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "kubevirt.io/api/core/v1"
@@ -113,7 +115,7 @@ func virtHandlerUnplugOrder(t *testing.T, prefix string) {
 	if len(h.launcher.refused) > 0 {
 		t.Errorf("QEMU's opens refused: %q", h.launcher.refused)
 	}
-	t.Logf("virt-launcher synced %d times; hpmount's changing syscalls: %d", h.launcher.syncs, n.hpSyscalls)
+	t.Logf("KubeVirt %s: virt-launcher synced %d times; hpmount's changing syscalls: %d", kubeVirtVersion, h.launcher.syncs, n.hpSyscalls)
 }
 
 // unplugRun is one run of the unplug order: each step's sync of either
@@ -131,6 +133,11 @@ func (u *unplugRun) handler(step string) {
 	if err := u.h.sync(u.t); err != nil {
 		u.t.Fatalf("%s: %v", step, err)
 	}
+	var st []string
+	for _, s := range u.h.get(u.t).Status.VolumeStatus {
+		st = append(st, fmt.Sprintf("%s %s target %q", s.Name, s.Phase, s.Target))
+	}
+	u.t.Logf("%s: virt-handler synced; the domain holds %q; status: %s", step, u.h.launcher.attached(), strings.Join(st, ", "))
 	u.qemuOpens(step + ", after virt-handler")
 }
 

@@ -202,10 +202,10 @@ func mountAt(dir, source, fstype string, flags uintptr, data string) error {
 // /usr/bin, where the mounter execs it.
 const chrootDir = "/run/peer/bin"
 
-// buildVirtChroot builds KubeVirt's virt-chroot from this module into dir
+// buildVirtChroot builds the peer's KubeVirt's virt-chroot into dir
 // as virt-chroot-real, behind virt-chroot, the seam of kubeVirtPaused.
 func buildVirtChroot(dir string) error {
-	cmd := exec.Command("go", "build", "-o", dir+"/virt-chroot-real", "kubevirt.io/kubevirt/cmd/virt-chroot")
+	cmd := exec.Command("go", "build", "-modfile="+kubeVirtModFile, "-o", dir+"/virt-chroot-real", "kubevirt.io/kubevirt/cmd/virt-chroot")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build virt-chroot: %v: %s", err, out)
