@@ -4,7 +4,8 @@
 // Command hpmountside is hpmount's half of the KubeVirt peer test
 // (test/peer/kubevirt): it attaches (or grows) the volumes it reads as JSON
 // on stdin with the real node engine (node.New, Snapshot, then Attach or
-// Grow), as the agent would, and prints each outcome as JSON. It is a program of the root
+// Grow; op sync and op watch as described on Request), as the agent would,
+// and prints each outcome as JSON. It is a program of the root
 // module because the peer module cannot link the node engine: KubeVirt
 // v1.7.0's runc needs a cilium/ebpf older than the one hpmount's blockdev
 // uses, and a Go build holds one version of a module.
@@ -16,7 +17,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
+	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -35,7 +39,9 @@ type Request struct {
 	// the request's launchers whose name is in the request is detached) or
 	// "sync" (the agent's pass over its launchers: attach every volume of
 	// the request, then detach every observed volume of the request's
-	// launchers and of Launchers that the request does not hold).
+	// launchers and of Launchers that the request does not hold) or
+	// "watch" (attach, then verify the block volumes of each launcher
+	// whose device rules were rewritten, until SIGTERM).
 	Op string `json:"op"`
 	// Launchers are launchers to sync that hold no desired volume (a VMI
 	// gone, a migration source done); op sync only.
@@ -78,6 +84,8 @@ type Result struct {
 	Error   string `json:"error,omitempty"`
 	// Grow is Grow's result for op grow.
 	Grow *agent.GrowResult `json:"grow,omitempty"`
+	// At is when op watch's verify ended.
+	At time.Time `json:"at,omitzero"`
 }
 
 func main() {
@@ -118,6 +126,13 @@ func run() error {
 			return nil
 		}
 		return waitFIFO(req.Pause)
+	}
+	if req.Op == "watch" {
+		out, err := watch(ctx, e, snap, req.Volumes)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(out)
 	}
 	if req.Op == "sync" {
 		out, err := syncAll(ctx, e, snap, req, pause)
@@ -162,6 +177,49 @@ func run() error {
 		out = append(out, res)
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// watch is the agent's rule watch (agent/rules.go) alone: it attaches
+// vols, prints "watching" on stderr, and then, until SIGTERM, verifies
+// the block volumes of each launcher whose device rules were rewritten,
+// as the agent's pass planned on such a report does. It returns each
+// verify whose outcome was not "unchanged" (a lost rule allowed again is
+// "created"), with the time it ended.
+func watch(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume) ([]Result, error) {
+	var out []Result
+	for _, v := range vols {
+		if _, err := e.Attach(ctx, snap, v); err != nil && v.Mode == kubevirt.Block {
+			return nil, fmt.Errorf("attach %s: %w", v.Name, err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintln(os.Stderr, "watching")
+	err := e.WatchRules(ctx, func(c agent.MountChange) {
+		snap, err := e.Snapshot(ctx)
+		if err != nil {
+			out = append(out, Result{Outcome: "snapshot", Error: err.Error()})
+			return
+		}
+		for _, v := range vols {
+			if v.Mode != kubevirt.Block || !slices.Contains(c.Launchers, v.LauncherUID) {
+				continue
+			}
+			r, err := e.Attach(ctx, snap, v)
+			if r == outcome.Unchanged && err == nil {
+				continue
+			}
+			res := Result{Name: v.Name, Outcome: string(r), At: time.Now()}
+			if err != nil {
+				res.Error = err.Error()
+			}
+			out = append(out, res)
+		}
+	})
+	if ctx.Err() == nil {
+		return nil, fmt.Errorf("rule watch ended: %v", err)
+	}
+	return out, nil
 }
 
 // detach detaches what the engine observes of vols in their launchers.

@@ -31,7 +31,10 @@
 //     detach, QEMU's open (as 107, in the compute cgroup) and
 //     virt-controller's volume status are the test's own.
 //     handler_unplug_linux_test.go runs KubeVirt's unplug order with it,
-//     on cgroup v1 and v2.
+//     on cgroup v1 and v2; handler_rules_linux_test.go measures, on v2,
+//     how long QEMU's opens (qemuloop_linux_test.go) are refused a block
+//     volume whose rule virt-handler's syncs drop, beside hpmount's rule
+//     watch (hpmountside op watch).
 //   - migrated_linux_test.go measures what each does while a hotplugged
 //     volume is volume-migrated (KubeVirt reads status.migratedVolumes,
 //     hpmount does not), on the source node and on the target.

@@ -396,6 +396,9 @@ const (
 	// the probe becomes 107, who may not follow a root process's
 	// /proc/PID/root.
 	probeRootEnv = "HPMOUNT_PEER_PROBE_ROOT"
+	// probeLoopEnv, when set, has the probe open the paths again and
+	// again until its stdin closes (openLoop).
+	probeLoopEnv = "HPMOUNT_PEER_PROBE_LOOP"
 )
 
 // runProbe moves itself into a cgroup, as a process of the launcher's
@@ -421,6 +424,9 @@ func runProbe() int {
 			fmt.Fprintf(os.Stderr, "probe: become uid 107: %v\n", err)
 			return 2
 		}
+	}
+	if os.Getenv(probeLoopEnv) != "" {
+		return openLoop(root, strings.Split(os.Getenv(probePathsEnv), ";"))
 	}
 	for _, p := range strings.Split(os.Getenv(probePathsEnv), ";") {
 		acc := []byte("--")
