@@ -111,7 +111,7 @@ func hintFor(verdict Verdict, f *findings) string {
 		}
 		return fmt.Sprintf("the node is not the published device: the agent replaces it on its next reconcile; or `rm %s` and let it recreate the node", f.target)
 	case NotAllowed:
-		return "the launcher's device cgroup does not allow the device: check the agent's --cgroup-root/--cgroup-mode and its logs; it re-adds the rule on its next reconcile"
+		return "the launcher's device cgroup does not allow the device: on cgroup v2 each virt-handler sync whose Mount stops at a failing volume replaces the launcher's device program with its own list (kubevirt#7710), and the agent allows the device again within half a second (a DeviceRuleRestored Event); if it stays, check the agent's --cgroup-root/--cgroup-mode and its logs"
 	case ExpandPending:
 		return expandPendingHint
 	case StaleOpen:
