@@ -41,7 +41,8 @@ type Request struct {
 	// the request, then detach every observed volume of the request's
 	// launchers and of Launchers that the request does not hold) or
 	// "watch" (attach, then verify the block volumes of each launcher
-	// whose device rules were rewritten, until SIGTERM).
+	// whose device rules were rewritten, until SIGTERM) or "allowed"
+	// (whether hpmount's rule allows each of Rules).
 	Op string `json:"op"`
 	// Launchers are launchers to sync that hold no desired volume (a VMI
 	// gone, a migration source done); op sync only.
@@ -64,6 +65,8 @@ type Request struct {
 	// does (agent.HandlerRecord.Leaves) while the launcher's pod is there.
 	VMI             types.UID `json:"vmi"`
 	HandlerStateDir string    `json:"handlerStateDir"`
+	// Rules are op allowed's queries.
+	Rules []RuleQuery `json:"rules"`
 	// Status is the VMI's status, when the test has one: op sync keeps
 	// a volume that left the request's volumes while the domain still
 	// holds it, as the agent's plan does (kubevirt.VMI.Keeps).
@@ -75,6 +78,13 @@ type Request struct {
 	// first read (node.Config.HandlerStuckAfter 0): each hpmountside is
 	// a new process, which remembers no earlier read.
 	StuckAtOnce bool `json:"stuckAtOnce"`
+}
+
+// RuleQuery asks op allowed about one device in one container.
+type RuleQuery struct {
+	PodUID       string `json:"podUID"`
+	ContainerID  string `json:"containerID"`
+	Major, Minor uint32
 }
 
 // Result is one volume's outcome.
@@ -126,6 +136,13 @@ func run() error {
 			return nil
 		}
 		return waitFIFO(req.Pause)
+	}
+	if req.Op == "allowed" {
+		out, err := allowed(cfg, req.Rules)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(out)
 	}
 	if req.Op == "watch" {
 		out, err := watch(ctx, e, snap, req.Volumes)
@@ -218,6 +235,25 @@ func watch(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agen
 	})
 	if ctx.Err() == nil {
 		return nil, fmt.Errorf("rule watch ended: %v", err)
+	}
+	return out, nil
+}
+
+// allowed reports, for each query, whether hpmount's own rule lets the
+// container open the device (blockdev.DeviceRules.Allowed): on cgroup v2
+// a device another writer's program allows is not hpmount's rule.
+func allowed(cfg node.Config, qs []RuleQuery) ([]bool, error) {
+	rules, err := blockdev.NewDeviceRules(cfg.CgroupMode, cfg.CgroupRoot)
+	if err != nil {
+		return nil, err
+	}
+	var out []bool
+	for _, q := range qs {
+		ok, err := rules.Allowed(blockdev.Container{PodUID: q.PodUID, ID: q.ContainerID}, blockdev.Device{Major: q.Major, Minor: q.Minor})
+		if err != nil {
+			return nil, fmt.Errorf("allowed %s %d:%d: %w", q.PodUID, q.Major, q.Minor, err)
+		}
+		out = append(out, ok)
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ package peer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -110,25 +111,48 @@ func (n *coNode) vmiNow() *v1.VirtualMachineInstance {
 
 // kubeVirtSync is one VMI sync of virt-handler on this node: Mount (or,
 // on a migration target, MountFromPod of the target attachment pod) and
-// then Unmount, as vm.go's handleRunningVMI and migration-target.go do.
+// then Unmount, as vm.go's handleRunningVMI and migration-target.go do,
+// each sync with a cgroup manager of its own (vm.go's getCgroupManager):
+// on v2 a manager keeps the rules it set in memory, so one kept across
+// syncs would put back rules a real virt-handler has forgotten.
+//
+// While a migration's target launcher shares the node with its source, a
+// layout production never has (the two are on different nodes), KubeVirt
+// finds two launcher sockets and makes no manager; the sync then uses the
+// one made with the first launcher alone, the test's own stand-in.
 func (n *coNode) kubeVirtSync() error {
 	vmi := n.vmiNow()
+	mgr := n.kvCgroup
+	if len(n.activeLaunchers()) == 1 {
+		var err error
+		if mgr, err = newCgroupManager(vmi); err != nil {
+			return fmt.Errorf("cgroup manager: %w", err)
+		}
+	}
 	if n.migration != "" {
-		if err := n.kvMounter.Mount(vmi, n.kvCgroup); err != nil {
+		if err := n.kvMounter.Mount(vmi, mgr); err != nil {
 			return fmt.Errorf("Mount: %w", err)
 		}
-		if err := n.kvMounter.MountFromPod(vmi, n.attachPodOf[n.migration], n.kvCgroup); err != nil {
+		if err := n.kvMounter.MountFromPod(vmi, n.attachPodOf[n.migration], mgr); err != nil {
 			return fmt.Errorf("MountFromPod: %w", err)
 		}
 		return nil
 	}
-	if err := n.kvMounter.Mount(vmi, n.kvCgroup); err != nil && !os.IsNotExist(err) {
+	if err := n.kvMounter.Mount(vmi, mgr); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("Mount: %w", err)
 	}
-	if err := n.kvMounter.Unmount(vmi, n.kvCgroup); err != nil {
+	if err := n.kvMounter.Unmount(vmi, mgr); err != nil {
 		return fmt.Errorf("Unmount: %w", err)
 	}
 	return nil
+}
+
+// kubeVirtCleanup is virt-handler's cleanup of a VMI gone from the node
+// (vm.go's processVmCleanup): UnmountAll, with a fresh cgroup manager, or
+// none when the launcher cannot be found any more.
+func (n *coNode) kubeVirtCleanup() error {
+	mgr, _ := newCgroupManager(n.vmiNow())
+	return n.kvMounter.UnmountAll(n.vmiNow(), mgr)
 }
 
 // desired is what hpmount's agent wants on the node now: each spec volume
@@ -271,8 +295,10 @@ func changes(line string) bool {
 	case "write":
 		return strings.Contains(line, "devices.allow>") || strings.Contains(line, "devices.deny>")
 	case "bpf":
-		return strings.Contains(line, "BPF_PROG_LOAD") || strings.Contains(line, "BPF_PROG_ATTACH") ||
-			strings.Contains(line, "BPF_PROG_DETACH") || strings.Contains(line, "BPF_LINK_")
+		// cilium/ebpf's feature probes load socket filters and test
+		// maps, and free them: only a device program changes a rule.
+		return strings.Contains(line, "BPF_PROG_LOAD") && strings.Contains(line, "BPF_PROG_TYPE_CGROUP_DEVICE") ||
+			strings.Contains(line, "BPF_PROG_ATTACH") || strings.Contains(line, "BPF_PROG_DETACH") || strings.Contains(line, "BPF_LINK_")
 	}
 	return true
 }
@@ -388,8 +414,12 @@ func (n *coNode) addLauncher(t *testing.T, uid types.UID) {
 	podCg := filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(uid))
 	compute := filepath.Join(podCg, n.computeID(uid))
 	must(t, os.MkdirAll(compute, 0o755))
-	must(t, os.WriteFile(filepath.Join(compute, "devices.deny"), []byte("a"), 0))
-	must(t, os.WriteFile(filepath.Join(compute, "devices.allow"), []byte("c 1:3 rwm"), 0))
+	if inCgroupV2Node {
+		must(t, runtimeDevicesV2(compute))
+	} else {
+		must(t, os.WriteFile(filepath.Join(compute, "devices.deny"), []byte("a"), 0))
+		must(t, os.WriteFile(filepath.Join(compute, "devices.allow"), []byte("c 1:3 rwm"), 0))
+	}
 	sockets := filepath.Join(podsDir, string(uid), "volumes/kubernetes.io~empty-dir/sockets/launcher-sock")
 	p := startPod(t, sockets, "", hotplug+"="+launcherView)
 	must(t, os.WriteFile(filepath.Join(compute, "cgroup.procs"), []byte(fmt.Sprint(p.pid())), 0))

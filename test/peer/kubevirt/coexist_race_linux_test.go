@@ -56,7 +56,7 @@ func TestCoexistenceStaleSnapshot(t *testing.T) {
 		}
 	}
 	must(t, n.kubeVirtSync())
-	must(t, n.kvMounter.UnmountAll(n.vmiNow(), n.kvCgroup))
+	must(t, n.kubeVirtCleanup())
 	n.gone, n.deleted = append(n.gone, n.launcher), true
 	n.hpmountSync(t, "sync")
 	if _, bad := n.checkSpec(t); len(bad) > 0 {

@@ -113,7 +113,7 @@ func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
 			}
 			// The VMI is deleted: UnmountAll skips a gone target and
 			// drops the record; hpmount removes the rest.
-			must(t, n.kvMounter.UnmountAll(n.vmiNow(), n.kvCgroup))
+			must(t, n.kubeVirtCleanup())
 			n.gone, n.deleted = append(n.gone, n.launcher), true
 			n.hpmountSync(t, "sync")
 			if r := n.kvRecord(t); r != "" {
