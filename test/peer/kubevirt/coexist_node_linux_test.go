@@ -109,7 +109,8 @@ func (n *coNode) vmiNow() *v1.VirtualMachineInstance {
 	return vmi
 }
 
-// kubeVirtSync is one VMI sync of virt-handler on this node: Mount (or,
+// kubeVirtSync is one VMI sync of virt-handler on this node: once the VMI
+// is deleted its cleanup (kubeVirtCleanup), else Mount (or,
 // on a migration target, MountFromPod of the target attachment pod) and
 // then Unmount, as vm.go's handleRunningVMI and migration-target.go do,
 // each sync with a cgroup manager of its own (vm.go's getCgroupManager):
@@ -121,6 +122,9 @@ func (n *coNode) vmiNow() *v1.VirtualMachineInstance {
 // finds two launcher sockets and makes no manager; the sync then uses the
 // one made with the first launcher alone, the test's own stand-in.
 func (n *coNode) kubeVirtSync() error {
+	if n.deleted {
+		return n.kubeVirtCleanup()
+	}
 	vmi := n.vmiNow()
 	mgr := n.kvCgroup
 	if len(n.activeLaunchers()) == 1 {
