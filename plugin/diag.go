@@ -17,6 +17,10 @@ import (
 type RemoteDiag struct {
 	Node string
 	VMIs []string
+	// AgentNamespace is where the agent's DaemonSet runs
+	// (DefaultNamespace unless --agent-namespace): never the context's
+	// namespace, which names where the VMIs are.
+	AgentNamespace string
 	// Selector picks the agent pods (the DaemonSet's labels); Container
 	// names the agent's container, empty for a pod's only one.
 	Selector, Container string
@@ -25,15 +29,10 @@ type RemoteDiag struct {
 	DiagArgs []string
 }
 
-// Run finds the agent pod of r.Node in the kubeconfig's namespace (-n, the
-// context's, else DefaultNamespace), runs diag there, and returns diag's
-// exit status.
+// Run finds the agent pod of r.Node in r.AgentNamespace, runs diag there,
+// and returns diag's exit status.
 func (r RemoteDiag) Run(ctx context.Context, k *KubeFlags, stdout, stderr io.Writer) (int, error) {
 	cfg, err := k.RESTConfig()
-	if err != nil {
-		return 0, err
-	}
-	ns, err := k.ContextNamespace(DefaultNamespace)
 	if err != nil {
 		return 0, err
 	}
@@ -41,7 +40,7 @@ func (r RemoteDiag) Run(ctx context.Context, k *KubeFlags, stdout, stderr io.Wri
 	if err != nil {
 		return 0, fmt.Errorf("kubernetes client: %w", err)
 	}
-	pod, err := FindAgentPod(ctx, kube, ns, r.Selector, r.Node)
+	pod, err := FindAgentPod(ctx, kube, r.AgentNamespace, r.Selector, r.Node)
 	if err != nil {
 		return 0, err
 	}
@@ -56,14 +55,10 @@ func (r RemoteDiag) Run(ctx context.Context, k *KubeFlags, stdout, stderr io.Wri
 	return Exec(ctx, cfg, pod, c.Name, cmd, stdout, stderr)
 }
 
-// AgentNodes are the nodes that have an agent pod: the completions of
-// NODE.
-func AgentNodes(ctx context.Context, k *KubeFlags, selector string) ([]string, error) {
+// AgentNodes are the nodes that have an agent pod in namespace ns: the
+// completions of NODE.
+func AgentNodes(ctx context.Context, k *KubeFlags, ns, selector string) ([]string, error) {
 	cfg, err := k.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	ns, err := k.ContextNamespace(DefaultNamespace)
 	if err != nil {
 		return nil, err
 	}

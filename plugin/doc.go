@@ -5,7 +5,8 @@
 // with kubectl: loading the kubeconfig the kubectl way (KubeFlags), exit
 // statuses (Execute: 2 for usage and flag errors), and the remote diag of
 // `kubectl hpmount diag NODE [VMI...]` (RemoteDiag): find the node's agent
-// pod by the DaemonSet's labels and spec.nodeName, and run `hpmount diag`
+// pod by the DaemonSet's labels and spec.nodeName, in the agent's own
+// namespace (never the context's, which is the VMIs'), and run `hpmount diag`
 // in it with the agent's own node flags, through the API server's
 // pods/exec as `kubectl exec` does.
 //

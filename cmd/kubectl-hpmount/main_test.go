@@ -42,21 +42,72 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
+// TestDiagArgs: the VMIs' namespace is -n, else the kubeconfig context's,
+// else default, as hpmount diag chooses; the agent's namespace plays no
+// part (TestAgentNamespace).
 func TestDiagArgs(t *testing.T) {
+	withNS := writeKubeconfig(t, "ns1")
+	without := writeKubeconfig(t, "")
 	tests := []struct {
-		output, ns string
-		all        bool
-		want       []string
+		name   string
+		flags  plugin.KubeFlags
+		output string
+		all    bool
+		want   []string
 	}{
-		{want: []string{"--all-namespaces"}},
-		{output: "json", ns: "vms", want: []string{"--output=json", "--namespace=vms"}},
-		{ns: "vms", all: true, want: []string{"--all-namespaces"}},
+		{"the context's namespace", plugin.KubeFlags{Kubeconfig: withNS}, "", false, []string{"--namespace=ns1"}},
+		{"-n wins", plugin.KubeFlags{Kubeconfig: withNS, Namespace: "vms"}, "json", false, []string{"--output=json", "--namespace=vms"}},
+		{"no namespace in the context", plugin.KubeFlags{Kubeconfig: without}, "", false, []string{"--namespace=default"}},
+		{"-A", plugin.KubeFlags{Kubeconfig: withNS, Namespace: "vms"}, "", true, []string{"--all-namespaces"}},
 	}
 	for _, tt := range tests {
-		if got := diagArgs(tt.output, tt.ns, tt.all); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("diagArgs(%q, %q, %v) = %q, want %q", tt.output, tt.ns, tt.all, got, tt.want)
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := diagArgs(&tt.flags, tt.output, tt.all)
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("diagArgs = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestAgentNamespace: the agent pod is looked for in hpmount-system, or in
+// --agent-namespace, never in the context's namespace, which is the VMIs'.
+// The API server is not reachable, so the list fails and its error names
+// the namespace.
+func TestAgentNamespace(t *testing.T) {
+	kubeconfig := writeKubeconfig(t, "ns1")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `namespace "` + plugin.DefaultNamespace + `"`},
+		{[]string{"--agent-namespace", "agents"}, `namespace "agents"`},
+		{[]string{"-n", "vms"}, `namespace "` + plugin.DefaultNamespace + `"`},
+	} {
+		var out, errOut bytes.Buffer
+		args := append([]string{"diag", "n1", "--kubeconfig", kubeconfig}, tt.args...)
+		code := plugin.Execute(context.Background(), newRootCommand(), args, &out, &errOut)
+		if code != plugin.ExitUsage || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d naming %s", args, code, errOut.String(), plugin.ExitUsage, tt.want)
 		}
 	}
+}
+
+// writeKubeconfig writes a kubeconfig whose one context names namespace
+// ns ("" for none) and a server nothing listens on.
+func writeKubeconfig(t *testing.T, ns string) string {
+	t.Helper()
+	nsLine := ""
+	if ns != "" {
+		nsLine = "\n    namespace: " + ns
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	text := "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:1\n" +
+		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u" + nsLine + "\nusers:\n- name: u\n  user:\n    token: t\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestCompletionBash(t *testing.T) {

@@ -27,17 +27,17 @@ func newRootCommand() *cobra.Command {
 // newDiagCommand is `kubectl hpmount diag NODE [VMI...] [-- diag flags]`.
 func newDiagCommand() *cobra.Command {
 	var k plugin.KubeFlags
-	r := plugin.RemoteDiag{Selector: plugin.DefaultSelector}
+	r := plugin.RemoteDiag{Selector: plugin.DefaultSelector, AgentNamespace: plugin.DefaultNamespace}
 	var output, vmiNamespace string
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "diag NODE [VMI...] [-- DIAG-FLAGS]",
 		Short: "Run hpmount diag in NODE's agent pod, with the agent's own flags",
-		Long: "diag finds NODE's hpmount agent pod (by the DaemonSet's labels and spec.nodeName, in the\n" +
-			"namespace of -n, else of the kubeconfig context, else " + plugin.DefaultNamespace + ") and runs\n" +
-			"`hpmount diag` in it through the API server, as kubectl exec does, with the agent's\n" +
-			"kubelet root, host /proc and cgroup flags. VMIs of all namespaces unless --vmi-namespace.\n" +
-			"Flags after -- go to diag unchanged.\n" +
+		Long: "diag finds NODE's hpmount agent pod (by the DaemonSet's labels and spec.nodeName, in\n" +
+			"--agent-namespace, default " + plugin.DefaultNamespace + ") and runs `hpmount diag` in it through\n" +
+			"the API server, as kubectl exec does, with the agent's kubelet root, host /proc and cgroup\n" +
+			"flags. VMIs of -n's namespace, else of the kubeconfig context's, else default, as hpmount\n" +
+			"diag and kubectl choose; -A for all. Flags after -- go to diag unchanged.\n" +
 			"Exit status: diag's (0 all ok, 1 problems found, 2 could not run); 2 for a usage error\n" +
 			"or when the agent pod cannot be found or reached.",
 		Args: cobra.MinimumNArgs(1),
@@ -50,7 +50,15 @@ func newDiagCommand() *cobra.Command {
 				return plugin.UsageError{Err: errors.New("a NODE is required before --")}
 			}
 			r.Node, r.VMIs = names[0], names[1:]
-			r.DiagArgs = append(diagArgs(output, vmiNamespace, all), extra...)
+			if vmiNamespace != "" && k.Namespace == "" {
+				k.Namespace = vmiNamespace
+			}
+			a, err := diagArgs(&k, output, all)
+			if err != nil {
+				cmd.PrintErrln("kubectl hpmount diag:", err)
+				return plugin.ExitError{Code: plugin.ExitUsage}
+			}
+			r.DiagArgs = append(a, extra...)
 			code, err := r.Run(cmd.Context(), &k, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				cmd.PrintErrln("kubectl hpmount diag:", err)
@@ -63,32 +71,40 @@ func newDiagCommand() *cobra.Command {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		nodes, err := plugin.AgentNodes(cmd.Context(), &k, r.Selector)
+		nodes, err := plugin.AgentNodes(cmd.Context(), &k, r.AgentNamespace, r.Selector)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveError
 		}
 		return nodes, cobra.ShellCompDirectiveNoFileComp
 	}
 	f := cmd.Flags()
-	k.Bind(f, "namespace of the agent's DaemonSet; default the kubeconfig context's, else "+plugin.DefaultNamespace)
+	k.Bind(f, "namespace of the VMIs; default the kubeconfig context's, else default")
+	f.StringVar(&r.AgentNamespace, "agent-namespace", r.AgentNamespace, "namespace of the agent's DaemonSet")
 	f.StringVarP(&r.Selector, "selector", "l", r.Selector, "labels of the agent pods")
 	f.StringVarP(&r.Container, "container", "c", "hpmount", "the agent's container")
 	f.StringVarP(&output, "output", "o", "", "diag's output format: table, wide, json or yaml")
-	f.StringVar(&vmiNamespace, "vmi-namespace", "", "namespace of the VMIs; default all namespaces")
-	f.BoolVarP(&all, "all-namespaces", "A", false, "VMIs of all namespaces (the default; for symmetry with kubectl)")
+	f.StringVar(&vmiNamespace, "vmi-namespace", "", "namespace of the VMIs (as -n)")
+	_ = f.MarkDeprecated("vmi-namespace", "use -n, the VMIs' namespace as in kubectl; --agent-namespace names the agent's")
+	f.BoolVarP(&all, "all-namespaces", "A", false, "VMIs of all namespaces")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
-func diagArgs(output, vmiNamespace string, all bool) []string {
+// diagArgs are the flags diag in the agent pod gets: the output format,
+// and the VMIs' namespace as hpmount diag and kubectl choose it (-n, else
+// the kubeconfig context's, else default), unless all is set. The agent
+// pod has no kubeconfig of the user's, so the choice is made here.
+func diagArgs(k *plugin.KubeFlags, output string, all bool) ([]string, error) {
 	var a []string
 	if output != "" {
 		a = append(a, "--output="+output)
 	}
-	if vmiNamespace != "" && !all {
-		a = append(a, "--namespace="+vmiNamespace)
-	} else {
-		a = append(a, "--all-namespaces")
+	if all {
+		return append(a, "--all-namespaces"), nil
 	}
-	return a
+	ns, err := k.ContextNamespace("default")
+	if err != nil {
+		return nil, err
+	}
+	return append(a, "--namespace="+ns), nil
 }

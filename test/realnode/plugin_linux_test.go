@@ -26,8 +26,8 @@ import (
 // pod by the DaemonSet's labels and runs diag in it through the API
 // server's pods/exec and the kubelet. The report must carry the agent's
 // own --kubelet-root (this node's is not /var/lib/kubelet) and the VMI's
-// mounted volume as ok; NODE completes to the nodes with an agent pod; a
-// namespace without the agent exits 2.
+// mounted volume as ok; NODE completes to the nodes with an agent pod; an
+// --agent-namespace without the agent exits 2.
 func TestKubectlPluginDiag(t *testing.T) {
 	e := sharedEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -67,7 +67,7 @@ func TestKubectlPluginDiag(t *testing.T) {
 	v.apply(t, ctx)
 	v.waitReadWrite(t, ctx, fs, "plugin-fs")
 
-	out, stderr, code := runPlugin(ctx, t, plugin, "diag", e.node.Name, v.name, "--kubeconfig", kubeconfig, "-o", "json")
+	out, stderr, code := runPlugin(ctx, t, plugin, "diag", e.node.Name, v.name, "--kubeconfig", kubeconfig, "-n", v.ns, "-o", "json")
 	if code != diag.ExitOK {
 		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, diag.ExitOK, out, stderr)
 	}
@@ -86,7 +86,7 @@ func TestKubectlPluginDiag(t *testing.T) {
 	if out, _, _ := runPlugin(ctx, t, plugin, "__complete", "diag", "--kubeconfig", kubeconfig, ""); !strings.Contains(out, e.node.Name+"\n") {
 		t.Errorf("completion of NODE: %q lacks %s", out, e.node.Name)
 	}
-	_, stderr, code = runPlugin(ctx, t, plugin, "diag", e.node.Name, "--kubeconfig", kubeconfig, "-n", "default")
+	_, stderr, code = runPlugin(ctx, t, plugin, "diag", e.node.Name, "--kubeconfig", kubeconfig, "--agent-namespace", "default")
 	if code != 2 || !strings.Contains(stderr, "no agent pod on node") {
 		t.Errorf("agent looked for in namespace default: exit %d, stderr %q; want 2 and no agent pod", code, stderr)
 	}
