@@ -2,8 +2,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package plugin holds what the hpmount and kubectl-hpmount commands share
-// with kubectl: loading the kubeconfig the kubectl way (KubeFlags), exit
-// statuses (Execute: 2 for usage and flag errors), and the remote diag of
+// with kubectl: loading the kubeconfig the kubectl way (KubeFlags), the
+// Kubernetes components' logging flags with klog routed into the same
+// logger (LogFlags), exit statuses (Execute: 2 for usage and flag
+// errors), and the remote diag of
 // `kubectl hpmount diag NODE [VMI...]` (RemoteDiag): find the node's agent
 // pod by the DaemonSet's labels and spec.nodeName, in the agent's own
 // namespace (never the context's, which is the VMIs'), and run `hpmount diag`

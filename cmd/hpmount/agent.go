@@ -6,7 +6,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -25,19 +24,25 @@ func newAgentCommand() *cobra.Command {
 	cfg.NodeName = os.Getenv("NODE_NAME")
 	nc := node.DefaultConfig()
 	api := defaultAPIFlags()
+	logs := plugin.DefaultLogFlags()
 	stuckLimit := 5 * time.Minute
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the per-node hotplug agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			logger, err := logs.Logger(os.Stderr)
+			if err != nil {
+				return plugin.UsageError{Err: err}
+			}
+			cfg.Logger = logger
 			nc.Grow.Filesystems = cfg.GrowFilesystems
 			return runAgent(cmd, cfg, nc, api, stuckLimit)
 		},
 	}
 	f := cmd.Flags()
 	api.bind(f, "")
+	logs.Bind(f)
 	f.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "node this agent serves (default $NODE_NAME)")
 	nodeFlags(f, nodeLocation{&nc.Host, &nc.KubeletRoot, &nc.CgroupRoot, &nc.CgroupMode, &nc.HandlerStateDir})
 	f.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "address of /metrics; empty disables")
@@ -90,7 +95,20 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	if err != nil {
 		return err
 	}
+	logStart(cfg, nc)
 	return a.Run(cmd.Context())
+}
+
+// logStart is the agent's first line: what it is and the settings an
+// operator looks for first when its behaviour surprises. The agent's last
+// line says that it stopped and left the mounts in place.
+func logStart(cfg agent.Config, nc node.Config) {
+	b := build()
+	cfg.Logger.Info("hpmount agent starting", "version", b.Version, "revision", b.Revision, "go", b.GoVersion,
+		"node", cfg.NodeName, "kubeletRoot", nc.KubeletRoot, "cgroupMode", nc.CgroupMode, "cgroupRoot", nc.CgroupRoot,
+		"kubevirtStateDir", nc.HandlerStateDir, "mountEvents", nc.MountEvents, "createDiskImages", nc.CreateDiskImages,
+		"growFilesystems", cfg.GrowFilesystems, "expandDiskImages", nc.Grow.DiskImages,
+		"reportVolumeStatus", cfg.ReportVolumeStatus, "resyncPeriod", cfg.ResyncPeriod.String(), "workers", cfg.Workers)
 }
 
 // agentGCPercent is the agent's GOGC unless the environment sets one. Its

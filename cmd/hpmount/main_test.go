@@ -6,12 +6,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/plugin"
 )
 
@@ -99,5 +102,31 @@ func TestCompleteOutput(t *testing.T) {
 		if !strings.Contains(out.String(), f+"\n") {
 			t.Errorf("completion of -o lacks %s:\n%s", f, out.String())
 		}
+	}
+}
+
+// TestStartLine: the agent's first line names its build and the settings
+// an operator looks for first, in the format --logging-format chose.
+func TestStartLine(t *testing.T) {
+	var buf bytes.Buffer
+	logger, err := plugin.LogFlags{Format: plugin.LogFormatJSON}.Logger(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.DefaultConfig()
+	cfg.Logger, cfg.NodeName = logger, "node-a"
+	nc := node.DefaultConfig()
+	logStart(cfg, nc)
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("start line %q: %v", buf.String(), err)
+	}
+	for _, key := range []string{"version", "revision", "node", "kubeletRoot", "cgroupMode", "kubevirtStateDir", "mountEvents", "resyncPeriod"} {
+		if _, ok := line[key]; !ok {
+			t.Errorf("start line lacks %q: %s", key, buf.String())
+		}
+	}
+	if line["msg"] != "hpmount agent starting" || line["node"] != "node-a" {
+		t.Errorf("start line %s", buf.String())
 	}
 }
