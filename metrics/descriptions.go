@@ -25,8 +25,8 @@ type Description struct {
 var (
 	descBuildInfo = Description{
 		Name: "hpmount_build_info", Type: TypeGauge,
-		Labels: []string{"version", "commit", "goversion"},
-		Help:   "Always 1; the labels identify the running hpmount build (version, VCS commit, Go version).",
+		Labels: []string{"version", "revision", "goversion"},
+		Help:   "Always 1; the labels identify the running hpmount build (version, VCS revision, Go version).",
 	}
 	descVolumes = Description{
 		Name: "hpmount_volumes", Type: TypeGauge,

@@ -27,7 +27,7 @@
 // the agent process. Names follow the Prometheus conventions: prefix
 // hpmount_, base units (seconds, bytes), _total on counters.
 //
-//	hpmount_build_info{version,commit,goversion}                  gauge      always 1; the labels identify the running build
+//	hpmount_build_info{version,revision,goversion}                gauge      always 1; the labels identify the running build
 //	hpmount_volumes{mode,state}                                   gauge      hotplug volumes on this node by volume mode (Filesystem, Block, Directory, unknown) and state (mounted, pending, refused, failed, unmounted, not-propagated)
 //	hpmount_mount_operations_total{op,result}                     counter    engine calls (op detach, attach, verify, grow) by result (unchanged, mounted, created, replaced, removed, grown, not-published, refused, abandoned, left-to-virt-handler, error)
 //	hpmount_mount_operation_duration_seconds{op}                  histogram  wall time of those engine calls, 10us..10s buckets

@@ -109,9 +109,10 @@ type modeState struct{ mode, state string }
 var _ agent.Observer = (*Metrics)(nil)
 
 // New builds the collectors and registers them, with the Go runtime and
-// process collectors, on a new private registry. version and commit label
-// hpmount_build_info.
-func New(version, commit string) *Metrics {
+// process collectors, on a new private registry. version and revision label
+// hpmount_build_info (revision, as kube-state-metrics and the Prometheus
+// exporters name the VCS revision).
+func New(version, revision string) *Metrics {
 	m := &Metrics{
 		reg:               prometheus.NewRegistry(),
 		volumes:           gaugeVec(descVolumes),
@@ -139,7 +140,7 @@ func New(version, commit string) *Metrics {
 		volumeGauges: make(map[modeState]prometheus.Gauge),
 	}
 	buildInfo := gaugeVec(descBuildInfo)
-	buildInfo.WithLabelValues(version, commit, runtime.Version()).Set(1)
+	buildInfo.WithLabelValues(version, revision, runtime.Version()).Set(1)
 
 	// Every known mode/state, expansion result, operation and result, and
 	// refusal reason is exposed from the start at 0, so that rate() and alerts see a series before the first

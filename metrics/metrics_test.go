@@ -50,7 +50,7 @@ func TestBuildInfo(t *testing.T) {
 	want := fmt.Sprintf(`
 # HELP hpmount_build_info %s
 # TYPE hpmount_build_info gauge
-hpmount_build_info{commit="abc1234",goversion=%q,version="v1.2.3"} 1
+hpmount_build_info{goversion=%q,revision="abc1234",version="v1.2.3"} 1
 `, descBuildInfo.Help, runtime.Version())
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "hpmount_build_info"); err != nil {
 		t.Fatal(err)
@@ -486,7 +486,7 @@ func TestHandler(t *testing.T) {
 	want := fmt.Sprintf(`
 # HELP hpmount_build_info %s
 # TYPE hpmount_build_info gauge
-hpmount_build_info{commit="c0ffee",goversion=%q,version="v9"} 1
+hpmount_build_info{goversion=%q,revision="c0ffee",version="v9"} 1
 `, descBuildInfo.Help, runtime.Version())
 	if err := testutil.ScrapeAndCompare(srv.URL+"/metrics", strings.NewReader(want), "hpmount_build_info"); err != nil {
 		t.Error(err)
