@@ -90,3 +90,23 @@ func links(text string) []string {
 	}
 	return out
 }
+
+// TestReadmeContents fails on a README section (## or ###) that its
+// Contents list does not link; TestRelativeLinks checks the links land.
+func TestReadmeContents(t *testing.T) {
+	text := read(t, "README.md")
+	start := strings.Index(text, "## Contents\n")
+	if start < 0 {
+		t.Fatal("README.md has no ## Contents")
+	}
+	contents, _, _ := strings.Cut(text[start+len("## Contents\n"):], "\n## ")
+	for _, l := range proseLines(text) {
+		heading, ok := strings.CutPrefix(l, "## ")
+		if !ok {
+			heading, ok = strings.CutPrefix(l, "### ")
+		}
+		if ok && heading != "Contents" && !strings.Contains(contents, "](#"+slug(heading)+")") {
+			t.Errorf("README.md: Contents lacks %q", heading)
+		}
+	}
+}
