@@ -5,6 +5,7 @@ package plugin
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -43,13 +44,33 @@ func (k *KubeFlags) ClientConfig() clientcmd.ClientConfig {
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
 }
 
-// RESTConfig loads the client configuration.
+// RESTConfig loads the client configuration. Where none was found, the
+// error names the files looked for: client-go's own says only to set
+// KUBERNETES_MASTER.
 func (k *KubeFlags) RESTConfig() (*rest.Config, error) {
-	rc, err := k.ClientConfig().ClientConfig()
+	cc := k.ClientConfig()
+	rc, err := cc.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, fmt.Errorf("kubeconfig: none found in %s, and not running in a pod", strings.Join(k.lookedIn(), ", "))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	return rc, nil
+}
+
+// lookedIn are the kubeconfig files the loading rules tried, quoted.
+func (k *KubeFlags) lookedIn() []string {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	paths := rules.Precedence
+	if k.Kubeconfig != "" {
+		paths = []string{k.Kubeconfig}
+	}
+	var out []string
+	for _, p := range paths {
+		out = append(out, fmt.Sprintf("%q", p))
+	}
+	return out
 }
 
 // ContextNamespace is -n if given, else the namespace the kubeconfig's

@@ -173,3 +173,16 @@ func withoutEnv(names ...string) []string {
 	}
 	return env
 }
+
+// TestKubeconfigNotFound: where no kubeconfig is found, the error names
+// the files looked for, not client-go's KUBERNETES_MASTER hint.
+func TestKubeconfigNotFound(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBECONFIG", filepath.Join(dir, "a")+string(os.PathListSeparator)+filepath.Join(dir, "b"))
+	_, err := (&plugin.KubeFlags{}).RESTConfig()
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "a")) || !strings.Contains(err.Error(), filepath.Join(dir, "b")) ||
+		strings.Contains(err.Error(), "KUBERNETES_MASTER") {
+		t.Errorf("error %v, want one naming both files", err)
+	}
+}
