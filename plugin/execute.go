@@ -13,8 +13,9 @@ import (
 )
 
 // Exit statuses of both commands. ExitProblems is diag's "problems found";
-// ExitUsage is a usage or flag error, as kubectl and the shells' builtins
-// use 2.
+// ExitUsage is a usage or flag error: 2, as grep, diff and the shells'
+// builtins use it (kubectl exits 1 there, which diag keeps for problems
+// found).
 const (
 	ExitOK       = 0
 	ExitFailed   = 1

@@ -18,7 +18,7 @@ import (
 	"github.com/hpmount/hpmount/plugin"
 )
 
-// TestExitStatus: usage and flag errors exit 2, as kubectl's do; diag
+// TestExitStatus: usage and flag errors exit 2, as grep's and diff's do; diag
 // keeps 1 for problems found (its ExitError, see plugin.Execute) and 2
 // for could not run.
 func TestExitStatus(t *testing.T) {
