@@ -4,10 +4,16 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -92,4 +98,49 @@ func (k *KubeFlags) ContextNamespace(fallback string) (string, error) {
 		return c.Namespace, nil
 	}
 	return fallback, nil
+}
+
+// Complete registers shell completion for cmd's --context (the
+// kubeconfig's contexts) and, when bound, -n (the namespaces the API
+// server lists), read with the flags given so far on the line.
+func (k *KubeFlags) Complete(cmd *cobra.Command) {
+	_ = cmd.RegisterFlagCompletionFunc("context", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		raw, err := k.ClientConfig().RawConfig()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		names := slices.Sorted(maps.Keys(raw.Contexts))
+		return names, cobra.ShellCompDirectiveNoFileComp
+	})
+	if cmd.Flags().Lookup("namespace") == nil {
+		return
+	}
+	_ = cmd.RegisterFlagCompletionFunc("namespace", func(c *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		names, err := k.namespaces(c.Context())
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
+// namespaces lists the API server's namespaces by name.
+func (k *KubeFlags) namespaces(ctx context.Context) ([]string, error) {
+	cfg, err := k.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	list, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	var names []string
+	for _, ns := range list.Items {
+		names = append(names, ns.Name)
+	}
+	return names, nil
 }

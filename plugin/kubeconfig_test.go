@@ -4,15 +4,18 @@
 package plugin_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	authv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -184,5 +187,54 @@ func TestKubeconfigNotFound(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "a")) || !strings.Contains(err.Error(), filepath.Join(dir, "b")) ||
 		strings.Contains(err.Error(), "KUBERNETES_MASTER") {
 		t.Errorf("error %v, want one naming both files", err)
+	}
+}
+
+// TestCompletion: --context completes to the kubeconfig's contexts, -n to
+// the namespaces the API server lists for the context on the line.
+func TestCompletion(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("child process")
+	}
+	c := cluster.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	alice := writeContext(t, ctx, c, filepath.Join(dir, "alice"), "alice")
+	admin := c.AdminConfig()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["admin"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: caData(admin)}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: admin.BearerToken}
+	kc.Contexts["admin"] = &clientcmdapi.Context{Cluster: "admin", AuthInfo: "admin"}
+	adminPath := filepath.Join(dir, "admin")
+	if err := clientcmd.WriteToFile(*kc, adminPath); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", alice+string(os.PathListSeparator)+adminPath)
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--context", ""}, []string{"admin", "alice"}},
+		{[]string{"--context", "admin", "-n", ""}, []string{"default", "ns-alice"}},
+	} {
+		var k plugin.KubeFlags
+		sub := &cobra.Command{Use: "sub", RunE: func(*cobra.Command, []string) error { return nil }}
+		k.Bind(sub.Flags(), "namespace")
+		k.Complete(sub)
+		root := &cobra.Command{Use: "root"}
+		root.AddCommand(sub)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{cobra.ShellCompRequestCmd, "sub"}, tt.args...))
+		if err := root.ExecuteContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Split(strings.TrimSpace(out.String()), "\n")
+		for _, w := range tt.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("completion of %q: %q lacks %q", tt.args, got, w)
+			}
+		}
 	}
 }

@@ -79,6 +79,7 @@ func newDiagCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	k.Bind(f, "namespace of the VMIs; default the kubeconfig context's, else default")
+	k.Complete(cmd)
 	f.StringVar(&r.AgentNamespace, "agent-namespace", r.AgentNamespace, "namespace of the agent's DaemonSet")
 	f.StringVarP(&r.Selector, "selector", "l", r.Selector, "labels of the agent pods")
 	f.StringVarP(&r.Container, "container", "c", "hpmount", "the agent's container")
