@@ -13,9 +13,12 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // KubeFlags are kubectl's connection flags. The kubeconfig is found as
@@ -143,4 +146,48 @@ func (k *KubeFlags) namespaces(ctx context.Context) ([]string, error) {
 		names = append(names, ns.Name)
 	}
 	return names, nil
+}
+
+// VMINames lists the names of the VMIs in namespace ns (all namespaces
+// when ns is ""): the completions of a VMI argument.
+func (k *KubeFlags) VMINames(ctx context.Context, ns string) ([]string, error) {
+	cfg, err := k.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	list, err := dyn.Resource(kubevirt.VMIResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list VMIs: %w", err)
+	}
+	var names []string
+	for _, v := range list.Items {
+		names = append(names, v.GetName())
+	}
+	return names, nil
+}
+
+// CompleteVMIs completes VMI arguments from position first on, with the
+// VMIs of the namespace -n or the context names (all with allNamespaces).
+func (k *KubeFlags) CompleteVMIs(first int, allNamespaces *bool) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) < first {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ns := ""
+		if !*allNamespaces {
+			var err error
+			if ns, err = k.ContextNamespace("default"); err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+		}
+		names, err := k.VMINames(c.Context(), ns)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		return slices.DeleteFunc(names, func(n string) bool { return slices.Contains(args[first:], n) }), cobra.ShellCompDirectiveNoFileComp
+	}
 }

@@ -18,11 +18,14 @@ import (
 	"github.com/spf13/cobra"
 	authv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/plugin"
 	"github.com/hpmount/hpmount/test/cluster"
 )
@@ -191,7 +194,9 @@ func TestKubeconfigNotFound(t *testing.T) {
 }
 
 // TestCompletion: --context completes to the kubeconfig's contexts, -n to
-// the namespaces the API server lists for the context on the line.
+// the namespaces the API server lists for the context on the line, and a
+// VMI argument to the VMIs of -n's namespace (or all, with -A), less those
+// already named.
 func TestCompletion(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("child process")
@@ -211,17 +216,33 @@ func TestCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("KUBECONFIG", alice+string(os.PathListSeparator)+adminPath)
+	if err := c.InstallVMICRD(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(admin)
+	for _, name := range []string{"vm-a", "vm-b"} {
+		vmi := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+			"metadata": map[string]any{"name": name, "namespace": "ns-alice"}, "spec": map[string]any{}}}
+		if _, err := dyn.Resource(kubevirt.VMIResource).Namespace("ns-alice").Create(ctx, vmi, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tt := range []struct {
 		args []string
 		want []string
 	}{
 		{[]string{"--context", ""}, []string{"admin", "alice"}},
 		{[]string{"--context", "admin", "-n", ""}, []string{"default", "ns-alice"}},
+		{[]string{"--context", "admin", "-n", "ns-alice", "vm-a", ""}, []string{"vm-b"}},
+		{[]string{"--context", "admin", "-A", ""}, []string{"vm-a", "vm-b"}},
 	} {
 		var k plugin.KubeFlags
+		var all bool
 		sub := &cobra.Command{Use: "sub", RunE: func(*cobra.Command, []string) error { return nil }}
 		k.Bind(sub.Flags(), "namespace")
+		sub.Flags().BoolVarP(&all, "all-namespaces", "A", false, "")
 		k.Complete(sub)
+		sub.ValidArgsFunction = k.CompleteVMIs(0, &all)
 		root := &cobra.Command{Use: "root"}
 		root.AddCommand(sub)
 		var out bytes.Buffer
@@ -231,6 +252,9 @@ func TestCompletion(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if slices.Contains(tt.args, "vm-a") && slices.Contains(got, "vm-a") {
+			t.Errorf("completion of %q offers vm-a again: %q", tt.args, got)
+		}
 		for _, w := range tt.want {
 			if !slices.Contains(got, w) {
 				t.Errorf("completion of %q: %q lacks %q", tt.args, got, w)

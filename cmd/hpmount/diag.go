@@ -38,6 +38,7 @@ func newDiagCommand() *cobra.Command {
 	f := cmd.Flags()
 	api.bind(f, "namespace of the VMIs; default the kubeconfig context's, else default")
 	api.kube.Complete(cmd)
+	cmd.ValidArgsFunction = api.kube.CompleteVMIs(0, &opts.AllNamespaces)
 	f.BoolVarP(&opts.AllNamespaces, "all-namespaces", "A", false, "VMIs of all namespaces")
 	f.BoolVar(&opts.AllNamespaces, "all", false, "VMIs of all namespaces (as -A)")
 	f.StringVarP(&output, "output", "o", diag.FormatTable, "output format: table, wide, json or yaml")

@@ -67,9 +67,10 @@ func newDiagCommand() *cobra.Command {
 			return plugin.ExitError{Code: code}
 		},
 	}
-	cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	vmis := k.CompleteVMIs(1, &all)
+	cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
+			return vmis(cmd, args, toComplete)
 		}
 		nodes, err := plugin.AgentNodes(cmd.Context(), &k, r.AgentNamespace, r.Selector)
 		if err != nil {
