@@ -10,7 +10,6 @@ import (
 	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // RemoteDiag is `kubectl hpmount diag NODE [VMI...]`.
@@ -32,13 +31,9 @@ type RemoteDiag struct {
 // Run finds the agent pod of r.Node in r.AgentNamespace, runs diag there,
 // and returns diag's exit status.
 func (r RemoteDiag) Run(ctx context.Context, k *KubeFlags, stdout, stderr io.Writer) (int, error) {
-	cfg, err := k.RESTConfig()
+	cfg, kube, err := k.Clientset()
 	if err != nil {
 		return 0, err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return 0, fmt.Errorf("kubernetes client: %w", err)
 	}
 	pod, err := FindAgentPod(ctx, kube, r.AgentNamespace, r.Selector, r.Node)
 	if err != nil {
@@ -58,13 +53,9 @@ func (r RemoteDiag) Run(ctx context.Context, k *KubeFlags, stdout, stderr io.Wri
 // AgentNodes are the nodes that have an agent pod in namespace ns: the
 // completions of NODE.
 func AgentNodes(ctx context.Context, k *KubeFlags, ns, selector string) ([]string, error) {
-	cfg, err := k.RESTConfig()
+	_, kube, err := k.Clientset()
 	if err != nil {
 		return nil, err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {

@@ -127,15 +127,24 @@ func (k *KubeFlags) Complete(cmd *cobra.Command) {
 	})
 }
 
-// namespaces lists the API server's namespaces by name.
-func (k *KubeFlags) namespaces(ctx context.Context) ([]string, error) {
+// Clientset is the client configuration and a typed client on it.
+func (k *KubeFlags) Clientset() (*rest.Config, kubernetes.Interface, error) {
 	cfg, err := k.RESTConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return cfg, kube, nil
+}
+
+// namespaces lists the API server's namespaces by name.
+func (k *KubeFlags) namespaces(ctx context.Context) ([]string, error) {
+	_, kube, err := k.Clientset()
+	if err != nil {
+		return nil, err
 	}
 	list, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -198,9 +198,6 @@ func TestKubeconfigNotFound(t *testing.T) {
 // VMI argument to the VMIs of -n's namespace (or all, with -A), less those
 // already named.
 func TestCompletion(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("child process")
-	}
 	c := cluster.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
