@@ -98,16 +98,20 @@ func TestMigrationTargetMounts(t *testing.T) {
 
 // TestMigrationTargetCleanedOnFailure: a failed or aborted migration
 // leaves nothing in its target launcher, even while the pod lingers
-// (kubevirt#17882), whether or not status.activePods still lists it.
+// (kubevirt#17882), whether or not status.activePods still lists it, or
+// virt-handler's record names its targets (which the Event then says).
 func TestMigrationTargetCleanedOnFailure(t *testing.T) {
+	failed := func(ms map[string]any) { ms["failed"] = true }
 	tests := []struct {
 		name string
 		mut  func(map[string]any)
-		// unlisted drops the target launcher from status.activePods.
-		unlisted bool
+		// unlisted drops the target launcher from status.activePods;
+		// recorded has virt-handler's record name its target hp.img.
+		unlisted, recorded bool
 	}{
-		{name: "failed, still an active pod", mut: func(ms map[string]any) { ms["failed"] = true }},
+		{name: "failed, still an active pod", mut: failed},
 		{name: "aborted, no longer an active pod", mut: func(ms map[string]any) { ms["abortStatus"] = kubevirt.AbortSucceeded }, unlisted: true},
+		{name: "failed, virt-handler's record names its target", mut: failed, recorded: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,13 +124,22 @@ func TestMigrationTargetCleanedOnFailure(t *testing.T) {
 				u.Object["status"].(map[string]any)["activePods"] = map[string]any{string(launcherUID): testNode}
 			}
 			ta.setTargetVMI(t, u)
+			if tt.recorded {
+				ta.engine.handler = map[types.UID]HandlerRecord{kt.VMIUID: {
+					Volumes: map[types.UID]map[string]bool{kt.TargetLauncherUID: {"hp": true, "hp.img": true}}}}
+			}
 			ta.mustReconcile(t)
 			want := []string{"detach target-launcher-uid blk", "detach target-launcher-uid hp"}
 			if got := ta.engine.changing(); !slices.Equal(got, want) {
 				t.Fatalf("calls = %v, want %v", got, want)
 			}
-			if ev := ta.events(); !hasEvent(ev, "Normal MigrationTargetCleaned Migration migration-uid") || hasEvent(ev, "Warning") {
+			ev := ta.events()
+			if !hasEvent(ev, "Normal MigrationTargetCleaned Migration migration-uid") || hasEvent(ev, "Warning") {
 				t.Fatalf("events = %v", ev)
+			}
+			named := slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, "virt-handler's record on that node still names") })
+			if named != tt.recorded {
+				t.Fatalf("events = %v, want the record named: %v", ev, tt.recorded)
 			}
 			if !slices.Contains(obs.events, MigrationTargetCleaned) {
 				t.Fatalf("migration events = %v", obs.events)

@@ -192,7 +192,7 @@ func summarizePass(d decision, o observation, done passApplied) passReport {
 		r.Errs = append(r.Errs, o.HandlerErr)
 	}
 	r.Errs = append(r.Errs, r.cleaned(d, o, done)...)
-	r.targetCleaned(d)
+	r.targetCleaned(d, o)
 	if d.Launcher != nil {
 		r.served(d, o, done)
 	}
@@ -261,8 +261,10 @@ func (r *passReport) cleaned(d decision, o observation, done passApplied) []erro
 }
 
 // targetCleaned sends MigrationTargetCleaned once per migration, after
-// the abandoned target launchers were cleaned without error.
-func (r *passReport) targetCleaned(d decision) {
+// the abandoned target launchers were cleaned without error. Where
+// virt-handler's record names targets there, it says what that record
+// will do should the VMI come back (TestKnown17882MigrationAgain).
+func (r *passReport) targetCleaned(d decision, o observation) {
 	m := &r.State.migration
 	if m.cleaned || len(d.Abandoned) == 0 {
 		return
@@ -274,9 +276,14 @@ func (r *passReport) targetCleaned(d decision) {
 	}
 	m.cleaned = true
 	r.Migrations = append(r.Migrations, migrationStep{Event: MigrationTargetCleaned})
+	msg := fmt.Sprintf("Migration %s %s: its target virt-launcher pod on node %s holds nothing of the VMI's hotplug volumes",
+		m.UID, m.Phase, m.TargetNode)
+	if slices.ContainsFunc(d.Abandoned, o.Handler.Names) {
+		msg += "; virt-handler's record on that node still names targets in that pod (kubevirt#17882), so should the VMI migrate there again, " +
+			"virt-handler's Unmount fails at them on every sync until the VMI leaves the node, as it does for block volumes without hpmount"
+	}
 	var s summary
-	s.normal("", EventMigrationTargetCleaned, fmt.Sprintf("Migration %s %s: its target virt-launcher pod on node %s holds nothing of the VMI's hotplug volumes",
-		m.UID, m.Phase, m.TargetNode))
+	s.normal("", EventMigrationTargetCleaned, msg)
 	r.Parts = append(r.Parts, s)
 }
 

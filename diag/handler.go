@@ -46,6 +46,9 @@ func (in *inspector) readHandlerRecords(cl *apiView, vmis []*kubevirt.VMI, warn 
 			warn(fmt.Sprintf("virt-handler's record of VMI %s/%s not read: %v", vmi.Namespace, vmi.Name, err))
 			continue
 		}
+		if rec.Stuck != "" {
+			warn(stuckRecord(vmi, rec.Stuck))
+		}
 		if len(rec.Volumes) == 0 {
 			continue // no record, or one naming no hotplug target
 		}
@@ -61,6 +64,18 @@ func (in *inspector) readHandlerRecords(cl *apiView, vmis []*kubevirt.VMI, warn 
 		}
 	}
 	return out
+}
+
+// stuckRecord is the warning for a record that names a target that is
+// gone, or cannot be decoded: virt-handler's Unmount returns there before
+// it rewrites the record, which it keeps in memory, so only the VMI
+// leaving the node resets it. A failed migration leaves such a record on
+// its target node once the kubelet removed the abandoned launcher's pod
+// (TestKnown17882MigrationAgain in test/peer/kubevirt).
+func stuckRecord(vmi *kubevirt.VMI, at string) string {
+	return fmt.Sprintf("virt-handler's record of VMI %s/%s names a target that is gone, or cannot be read (%s): while the VMI runs on this node, "+
+		"virt-handler's Unmount fails there at every sync (a SyncFailed Warning, Synchronized=False) until the VMI leaves the node "+
+		"(kubevirt#16532, #17882); hpmount removes the VMI's hotplug volumes itself meanwhile", vmi.Namespace, vmi.Name, at)
 }
 
 // handlerRecord reads and judges the VMI's record in the host mount

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -341,7 +342,8 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 // remove while its record of m names it (spelled in virt-handler's own
 // view of the pods directory), and no problem; a record that also names a
 // target that is gone leaves nothing to virt-handler (its Unmount fails
-// there, kubevirt#16532), and x.img is an orphan again.
+// there, kubevirt#16532), x.img is an orphan again, and a warning names
+// the gone target.
 func leftToHandler(t *testing.T, e *env, m *vm) {
 	target := func(name string) string {
 		return "/var/lib/kubelet/pods/" + string(m.launcher) + "/volumes/kubernetes.io~empty-dir/hotplug-disks/" + name
@@ -368,6 +370,12 @@ func leftToHandler(t *testing.T, e *env, m *vm) {
 		}
 		if c.want == LeftToHandler && !strings.Contains(rep.Orphans[0].Hint, "do not remove") {
 			t.Errorf("hint %q", rep.Orphans[0].Hint)
+		}
+		warned := slices.ContainsFunc(rep.Warnings, func(w string) bool {
+			return strings.Contains(w, "names a target that is gone") && strings.Contains(w, "gone.img") && strings.Contains(w, "kubevirt#16532, #17882")
+		})
+		if warned != (c.want == Orphan) {
+			t.Errorf("record %v: warnings %q, want the gone target named: %v", c.targets, rep.Warnings, c.want == Orphan)
 		}
 	}
 }

@@ -130,3 +130,12 @@ func (r HandlerRecord) Judge(listed func(launcher types.UID) (map[string]bool, e
 func (r RecordedTargets) Leaves(launcher types.UID, volume string) bool {
 	return r.Stuck == "" && r.Volumes[launcher][volume]
 }
+
+// Names reports whether the record names a target in launcher. After a
+// failed migration virt-handler keeps its record of the abandoned target
+// launcher (kubevirt#17882): once the kubelet has removed that pod's
+// directory, each target it names is gone, and virt-handler's Unmount
+// fails there at every sync should the VMI come back to the node.
+func (r RecordedTargets) Names(launcher types.UID) bool {
+	return len(r.Volumes[launcher]) > 0
+}

@@ -99,6 +99,11 @@ func TestRecordedTargetsLeaves(t *testing.T) {
 					t.Errorf("%s left to virt-handler", v)
 				}
 			}
+			// Names holds whether or not the record is stuck: it says
+			// what virt-handler will look for, not what it can act on.
+			if names, want := r.Names("l1"), !tc.err; names != want || r.Names("l2") {
+				t.Errorf("names l1 %v (want %v), l2 %v", names, want, r.Names("l2"))
+			}
 		})
 	}
 }
