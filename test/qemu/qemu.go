@@ -62,6 +62,10 @@ type File struct {
 	// AIO is "native" or "threads" ("" leaves QEMU's default, threads).
 	Direct bool
 	AIO    string
+	// NoLock opens without QEMU's image locking (locking=off), so a
+	// second node can open a file or device another node holds, to ask
+	// whether QEMU could open it now.
+	NoLock bool
 }
 
 // BlockdevAdd opens f as the protocol node <node>-file and puts the raw
@@ -75,6 +79,9 @@ func (q *QEMU) BlockdevAdd(ctx context.Context, node string, f File) error {
 		"cache": map[string]any{"direct": f.Direct}}
 	if f.AIO != "" {
 		proto["aio"] = f.AIO
+	}
+	if f.NoLock {
+		proto["locking"] = "off"
 	}
 	if err := q.Execute(ctx, "blockdev-add", proto, nil); err != nil {
 		return err

@@ -30,14 +30,16 @@
 //   - handler_linux_test.go runs virt-handler's own VM controller
 //     (pkg/virt-handler's VirtualMachineController, its informers fed by a
 //     fake API server, its real mounter and per-sync cgroup managers, its
-//     real status updates) beside hpmount; virt-launcher's disk attach and
-//     detach, QEMU's open (as 107, in the compute cgroup) and
-//     virt-controller's volume status are the test's own.
-//     handler_unplug_linux_test.go runs KubeVirt's unplug order with it,
-//     on cgroup v1 and v2; handler_rules_linux_test.go measures, on v2,
-//     how long QEMU's opens (qemuloop_linux_test.go) are refused a block
-//     volume whose rule virt-handler's syncs drop, beside hpmount's rule
-//     watch (hpmountside op watch).
+//     real status updates) beside hpmount. virt-launcher's choice of the
+//     disks to attach and detach and virt-controller's volume status are
+//     the test's own (libvirt needs cgo); each disk is opened and closed
+//     by a real QEMU (test/qemu's blockdev-add and blockdev-del, as 107,
+//     in the launcher's mount namespace and compute cgroup;
+//     launcherqemu_linux_test.go). handler_unplug_linux_test.go runs
+//     KubeVirt's unplug order with it, on cgroup v1 and v2;
+//     handler_rules_linux_test.go measures, on v2, how long QEMU's
+//     blockdev-add is refused a block volume whose rule virt-handler's
+//     syncs drop, beside hpmount's rule watch (hpmountside op watch).
 //   - migrated_linux_test.go measures what each does while a hotplugged
 //     volume is volume-migrated (KubeVirt reads status.migratedVolumes,
 //     hpmount does not), on the source node and on the target.

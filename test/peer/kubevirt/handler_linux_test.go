@@ -46,9 +46,10 @@ import (
 // a fake API server, its real hotplug mounter, its real cgroup managers
 // (a fresh one per sync, found through the launcher's socket) and its
 // real status updates. Only what cannot run here is the test's own:
-//   - virt-launcher (libvirt, QEMU): fakeLauncher attaches and detaches
-//     the domain's disks as virt-launcher decides, and opens each disk as
-//     QEMU does (uid 107, in the compute container's cgroup);
+//   - virt-launcher (libvirt, which needs cgo): fakeLauncher attaches and
+//     detaches the domain's disks as virt-launcher decides, each through a
+//     real QEMU's blockdev-add and blockdev-del (launcherQEMU: uid 107, in
+//     the launcher's mount namespace and compute container's cgroup);
 //   - virt-controller: the test writes the volume status entries and
 //     deletes an unplugged volume's attachment pod, as its
 //     updateVolumeStatus and cleanupAttachmentPods do;
@@ -109,7 +110,7 @@ func newKVHandler(t *testing.T, n *coNode) *kvHandler {
 	// with developerConfiguration.useEmulation does.
 	config, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{
 		DeveloperConfiguration: &v1.DeveloperConfiguration{UseEmulation: true}})
-	h.launcher = &fakeLauncher{h: h}
+	h.launcher = &fakeLauncher{h: h, qemu: startLauncherQEMU(t, n.computeCgroup, n.launcherPod)}
 	client := cmdclient.NewMockLauncherClient(mock)
 	client.EXPECT().SyncVirtualMachine(gomock.Any(), gomock.Any()).DoAndReturn(h.launcher.sync).AnyTimes()
 	clients := &launcherclients.MockLauncherClientManager{Initialized: true, Client: client,
@@ -295,14 +296,17 @@ func (h *kvHandler) hpmountStatus(t *testing.T) kubevirt.VMIStatus {
 // fakeLauncher is virt-launcher's side of a sync for hotplugged disks:
 // a hotplug volume whose status says it is mounted in the pod (or ready)
 // is attached to the domain once its target is in the launcher's
-// hotplug-disks, and a disk whose volume left the spec is detached. Each
-// disk attached is then opened as QEMU opens it; a failure is QEMU's
-// error, kept in refused.
+// hotplug-disks, and a disk whose volume left the spec is detached. The
+// launcher's QEMU opens each disk attached (blockdev-add) and holds it
+// until it is detached (blockdev-del); after each sync it is asked to
+// open every attached disk again. A failure is QEMU's error, kept in
+// refused, and an attach QEMU refused is tried again at the next sync.
 type fakeLauncher struct {
 	h      *kvHandler
+	qemu   *launcherQEMU
 	mu     sync.Mutex
 	domain *api.Domain
-	// refused are the opens that failed, by sync.
+	// refused are QEMU's opens that failed, by sync.
 	refused []string
 	syncs   int
 }
@@ -333,7 +337,35 @@ func (l *fakeLauncher) sync(vmi *v1.VirtualMachineInstance, _ *cmdv1.VirtualMach
 		}
 	}
 	l.domain.Spec.Devices.Disks = disks
-	return l.open(disks)
+	if err := l.hold(disks); err != nil {
+		return err
+	}
+	l.open(disks)
+	return nil
+}
+
+// hold has QEMU hold exactly the domain's disks: it closes the nodes of
+// disks detached and opens those attached.
+func (l *fakeLauncher) hold(disks []api.Disk) error {
+	keep := map[string]bool{}
+	for _, d := range disks {
+		keep[d.Alias.GetName()] = true
+	}
+	for name := range l.qemu.held {
+		if !keep[name] {
+			if err := l.qemu.detach(name); err != nil {
+				return fmt.Errorf("QEMU's blockdev-del of %s: %w", name, err)
+			}
+		}
+	}
+	for _, d := range disks {
+		if name := d.Alias.GetName(); !l.qemu.held[name] {
+			if err := l.qemu.attach(name, d.Source.File+d.Source.Dev, d.Source.Dev != ""); err != nil {
+				l.refused = append(l.refused, fmt.Sprintf("sync %d: attach %s: %v", l.syncs, name, err))
+			}
+		}
+	}
+	return nil
 }
 
 // disk is the domain disk of a hotplugged volume, as virt-launcher's
@@ -358,21 +390,14 @@ func (l *fakeLauncher) disk(st v1.VolumeStatus) (api.Disk, bool) {
 	return d, true
 }
 
-// open opens every attached disk as QEMU does: read-write, as 107, from
-// the compute container's cgroup, through the launcher's mount namespace.
-func (l *fakeLauncher) open(disks []api.Disk) error {
-	var paths []string
+// open asks QEMU to open every attached disk again (launcherQEMU.probe).
+func (l *fakeLauncher) open(disks []api.Disk) {
 	for _, d := range disks {
-		paths = append(paths, d.Source.File+d.Source.Dev)
+		name := d.Alias.GetName()
+		if err := l.qemu.probe(name, d.Source.File+d.Source.Dev, d.Source.Dev != ""); err != nil {
+			l.refused = append(l.refused, fmt.Sprintf("sync %d: open %s: %v", l.syncs, name, err))
+		}
 	}
-	failed, err := openAsQEMU(l.h.n.computeCgroup, l.h.n.launcherPod, paths)
-	if err != nil {
-		return err
-	}
-	for _, f := range failed {
-		l.refused = append(l.refused, fmt.Sprintf("sync %d: %s", l.syncs, f))
-	}
-	return nil
 }
 
 // attached lists the domain's disks by volume name.

@@ -43,8 +43,8 @@ func ruleWindowFor(t *testing.T) time.Duration {
 // b-nodisk before c-blk, whose rule only hpmount gave. Its IsMounted counts
 // hpmount's node of c-blk, so virt-launcher attaches c-blk. hpmount's
 // rule watch (hpmountside op watch, the agent's watch and verify) allows
-// c-blk again. Meanwhile QEMU's opens, as 107 in the compute cgroup, run
-// every 2 ms.
+// c-blk again. Meanwhile a second QEMU in the launcher's cgroup, as 107,
+// opens both block disks (blockdev-add, then blockdev-del) every 2 ms.
 //
 // It holds that a-blk, in virt-handler's list, is never refused; that
 // virt-handler's only complaints name b-nodisk (KubeVirt's own error); that
@@ -67,7 +67,7 @@ func TestVirtHandlerRuleWindowV2(t *testing.T) {
 	n.handler = h
 	h.start(t)
 	watch := n.hpmountWatch(t)
-	qemu := startQEMULoop(t, n.computeCgroup, n.launcherPod, []string{launcherView + "/a-blk", launcherView + "/c-blk"})
+	probes := startProbeLoop(t, n.computeCgroup, n.launcherPod, []string{"a-blk", "c-blk"})
 	syncs, complaints := 0, 0
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -83,8 +83,8 @@ func TestVirtHandlerRuleWindowV2(t *testing.T) {
 		}
 	}
 	restores := watch.stop(t)
-	opens := qemu.stop(t)
-	a, b := opens[strings.TrimPrefix(launcherView, "/")+"/a-blk"], opens[strings.TrimPrefix(launcherView, "/")+"/c-blk"]
+	opens := probes.stop(t)
+	a, b := opens["a-blk"], opens["c-blk"]
 	if a.Refused > 0 {
 		t.Errorf("QEMU's opens of a-blk, in virt-handler's own list: %d of %d refused (%q)", a.Refused, a.Opens, a.Errors)
 	}
@@ -100,16 +100,16 @@ func TestVirtHandlerRuleWindowV2(t *testing.T) {
 	if created == 0 {
 		t.Errorf("hpmount restored c-blk's rule %d times in %d of virt-handler's syncs, want at least once", created, syncs)
 	}
-	if failed, err := openAsQEMU(n.computeCgroup, n.launcherPod, []string{launcherView + "/c-blk"}); err != nil || len(failed) > 0 {
-		t.Errorf("after the loop c-blk opens as %q, %v; want it allowed", failed, err)
+	if err := h.launcher.qemu.probe("c-blk", launcherView+"/c-blk", true); err != nil {
+		t.Errorf("after the loop QEMU's open of c-blk: %v; want it allowed", err)
 	}
 	l := h.launcher
 	t.Logf("KubeVirt %s, %d syncs of virt-handler (%d with complaints, all about b-nodisk), %d by virt-launcher",
 		kubeVirtVersion, syncs, complaints, l.syncs)
 	t.Logf("the domain holds %q; virt-launcher's opens of its disks in its syncs: %d refused: %q", l.attached(), len(l.refused), l.refused)
 	t.Logf("hpmount restored c-blk's rule %d times", created)
-	t.Logf("QEMU's opens every %s: a-blk %d refused of %d; c-blk %d refused of %d (%q), in %d windows: %s",
-		openInterval, a.Refused, a.Opens, b.Refused, b.Opens, b.Errors, len(b.Windows), windowSummary(b.Windows))
+	t.Logf("QEMU's blockdev-add every %s: a-blk %d refused of %d; c-blk %d refused of %d (%q), in %d windows: %s",
+		probeInterval, a.Refused, a.Opens, b.Refused, b.Opens, b.Errors, len(b.Windows), windowSummary(b.Windows))
 }
 
 // windowSummary is the median and the largest of windows.

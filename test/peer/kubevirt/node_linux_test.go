@@ -388,17 +388,6 @@ const (
 	probeCgroupEnv = "HPMOUNT_PEER_PROBE_CGROUP" // the cgroup it joins first
 	probePathsEnv  = "HPMOUNT_PEER_PROBE_PATHS"  // "a;b": the nodes it opens
 	probeMknodEnv  = "HPMOUNT_PEER_PROBE_MKNOD"  // a block "MAJ:MIN" it mknods
-	// probeQEMUEnv, when set, has the probe open as QEMU does: as uid and
-	// gid 107 once in the cgroup, without supplementary groups.
-	probeQEMUEnv = "HPMOUNT_PEER_PROBE_QEMU"
-	// probeRootEnv, when set, is a directory (a launcher's
-	// /proc/PID/root) that the paths are opened beneath: opened before
-	// the probe becomes 107, who may not follow a root process's
-	// /proc/PID/root.
-	probeRootEnv = "HPMOUNT_PEER_PROBE_ROOT"
-	// probeLoopEnv, when set, has the probe open the paths again and
-	// again until its stdin closes (openLoop).
-	probeLoopEnv = "HPMOUNT_PEER_PROBE_LOOP"
 )
 
 // runProbe moves itself into a cgroup, as a process of the launcher's
@@ -410,28 +399,10 @@ func runProbe() int {
 		fmt.Fprintf(os.Stderr, "probe: join cgroup: %v\n", err)
 		return 2
 	}
-	root := unix.AT_FDCWD
-	if dir := os.Getenv(probeRootEnv); dir != "" {
-		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "probe: open %q: %v\n", dir, err)
-			return 2
-		}
-		root = fd
-	}
-	if os.Getenv(probeQEMUEnv) != "" {
-		if err := becomeQEMU(); err != nil {
-			fmt.Fprintf(os.Stderr, "probe: become uid 107: %v\n", err)
-			return 2
-		}
-	}
-	if os.Getenv(probeLoopEnv) != "" {
-		return openLoop(root, strings.Split(os.Getenv(probePathsEnv), ";"))
-	}
 	for _, p := range strings.Split(os.Getenv(probePathsEnv), ";") {
 		acc := []byte("--")
 		for i, flag := range []int{unix.O_RDONLY, unix.O_WRONLY} {
-			if fd, err := unix.Openat(root, p, flag|unix.O_CLOEXEC, 0); err == nil {
+			if fd, err := unix.Open(p, flag|unix.O_CLOEXEC, 0); err == nil {
 				unix.Close(fd)
 				acc[i] = "rw"[i]
 			}
@@ -481,46 +452,4 @@ func probeAccess(t *testing.T, cgroup string, mknod uint64, named ...[2]string) 
 		res = append(res, n[0]+":"+acc)
 	}
 	return strings.Join(append(res, strings.Replace(lines[len(named)], " ", ":", 1)), " ")
-}
-
-// becomeQEMU drops the probe to virt-launcher's QEMU user (107:107, no
-// supplementary groups) in every thread.
-func becomeQEMU() error {
-	if err := syscall.Setgroups(nil); err != nil {
-		return err
-	}
-	if err := syscall.Setresgid(107, 107, 107); err != nil {
-		return err
-	}
-	return syscall.Setresuid(107, 107, 107)
-}
-
-// openAsQEMU opens each path read-write as QEMU would, from cgroup: as
-// 107 in the compute container's cgroup, in launcher's mount namespace
-// (paths as the launcher sees them). It returns the paths that failed,
-// each with the probe's verdict, or nil.
-func openAsQEMU(cgroup string, launcher *pod, paths []string) ([]string, error) {
-	if len(paths) == 0 {
-		return nil, nil
-	}
-	var rel []string
-	for _, p := range paths {
-		rel = append(rel, strings.TrimPrefix(p, "/"))
-	}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Env = append(os.Environ(), roleEnv+"=probe", probeCgroupEnv+"="+cgroup, probeQEMUEnv+"=1",
-		probeRootEnv+"="+fmt.Sprintf("/proc/%d/root", launcher.pid()), probePathsEnv+"="+strings.Join(rel, ";"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("probe in %q: %v: %s", cgroup, err, stderr.String())
-	}
-	var failed []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if p, acc, _ := strings.Cut(l, " "); acc != "rw" && p != "mknod" {
-			failed = append(failed, l)
-		}
-	}
-	return failed, nil
 }
