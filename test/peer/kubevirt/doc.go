@@ -40,6 +40,10 @@
 //     handler_rules_linux_test.go measures, on v2, how long QEMU's
 //     blockdev-add is refused a block volume whose rule virt-handler's
 //     syncs drop, beside hpmount's rule watch (hpmountside op watch).
+//     handler_target_linux_test.go runs virt-handler's migration-target
+//     controller too, on a migration's target node (the source is on
+//     another node, as in production): a failed migration to the node and
+//     a second one that succeeds, with either mounter binding first.
 //   - migrated_linux_test.go measures what each does while a hotplugged
 //     volume is volume-migrated (KubeVirt reads status.migratedVolumes,
 //     hpmount does not), on the source node and on the target.

@@ -5,7 +5,6 @@ package peer
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -52,8 +51,14 @@ import (
 //     the launcher's mount namespace and compute container's cgroup);
 //   - virt-controller: the test writes the volume status entries and
 //     deletes an unplugged volume's attachment pod, as its
-//     updateVolumeStatus and cleanupAttachmentPods do;
-//   - the network and downward-metrics setup (stubs that do nothing).
+//     updateVolumeStatus and cleanupAttachmentPods do, and a migration's
+//     state;
+//   - the network, the migration proxies and the downward-metrics setup
+//     (stubs that do nothing: they listen on the node's addresses and
+//     hotplug does not reach them).
+//
+// Its migration-target controller shares the informers and launcher
+// clients (target, handler_target_linux_test.go).
 type kvHandler struct {
 	n        *coNode
 	ctrl     *virthandler.VirtualMachineController
@@ -64,6 +69,9 @@ type kvHandler struct {
 	client   *kubevirtfake.Clientset
 	recorder *record.FakeRecorder
 	launcher *fakeLauncher
+	// target is virt-handler's migration-target controller on the same
+	// informers (handler_target_linux_test.go).
+	target *virthandler.MigrationTargetController
 }
 
 // vmControllerDeps are NewVirtualMachineController's arguments that do
@@ -110,17 +118,23 @@ func newKVHandler(t *testing.T, n *coNode) *kvHandler {
 	// with developerConfiguration.useEmulation does.
 	config, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{
 		DeveloperConfiguration: &v1.DeveloperConfiguration{UseEmulation: true}})
-	h.launcher = &fakeLauncher{h: h, qemu: startLauncherQEMU(t, n.computeCgroup, n.launcherPod)}
+	h.launcher = newFakeLauncher(t, n.launcherPod, n.computeCgroup)
 	client := cmdclient.NewMockLauncherClient(mock)
-	client.EXPECT().SyncVirtualMachine(gomock.Any(), gomock.Any()).DoAndReturn(h.launcher.sync).AnyTimes()
+	client.EXPECT().SyncVirtualMachine(gomock.Any(), gomock.Any()).DoAndReturn(
+		func(vmi *v1.VirtualMachineInstance, o *cmdv1.VirtualMachineOptions) error { return h.launcher.sync(vmi, o) }).AnyTimes()
+	expectMigrationTarget(client, h)
 	clients := &launcherclients.MockLauncherClientManager{Initialized: true, Client: client,
 		ClientInfo: &virtcache.LauncherClientInfo{Client: client, Ready: true}}
 	ctrl, err := newVMController(vmControllerDeps{recorder: h.recorder, client: virtClient, privateDir: private,
 		launchers: clients, vmis: h.vmis, domains: h.domains, config: config,
 		isolation:      isolation.NewSocketBasedIsolationDetector(),
-		migrationProxy: migrationproxy.NewMigrationProxyManager(&tls.Config{}, &tls.Config{}, &tls.Config{}, config)})
+		migrationProxy: &noMigrationProxy{}})
 	must(t, err)
 	h.ctrl = ctrl
+	h.target, err = newMigrationTargetController(vmControllerDeps{recorder: h.recorder, client: virtClient, privateDir: private,
+		launchers: clients, vmis: h.vmis, domains: h.domains, config: config,
+		isolation: isolation.NewSocketBasedIsolationDetector(), migrationProxy: &noMigrationProxy{}})
+	must(t, err)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	go h.vmis.Run(stop)
@@ -142,16 +156,23 @@ func (h *kvHandler) start(t *testing.T) {
 	// "add" needs the map to exist).
 	vmi.Annotations = map[string]string{v1.ControllerAPILatestVersionObservedAnnotation: "v1",
 		v1.ControllerAPIStorageVersionObservedAnnotation: "v1"}
-	created, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Create(context.Background(), vmi, metav1.CreateOptions{})
-	must(t, err)
-	h.vmiSrc.Add(created)
+	h.create(t, vmi)
 	dom := api.NewMinimalDomainWithNS(vmi.Namespace, vmi.Name)
 	dom.Spec.Metadata.KubeVirt.UID = vmi.UID
 	dom.Status.Status = api.Running
 	h.domSrc.Add(dom)
 	h.launcher.domain = dom.DeepCopy()
-	h.waitFor(t, h.vmis, created.ResourceVersion)
 	h.waitFor(t, h.domains, dom.ResourceVersion)
+}
+
+// create writes vmi to the API server and waits until virt-handler's
+// informer has it.
+func (h *kvHandler) create(t *testing.T, vmi *v1.VirtualMachineInstance) {
+	t.Helper()
+	created, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Create(context.Background(), vmi, metav1.CreateOptions{})
+	must(t, err)
+	h.vmiSrc.Add(created)
+	h.waitFor(t, h.vmis, created.ResourceVersion)
 }
 
 // sync is one sync of the VMI by virt-handler, as a change of it or of
@@ -161,9 +182,16 @@ func (h *kvHandler) start(t *testing.T) {
 // reason it re-queued the key, and each Warning event it recorded.
 func (h *kvHandler) sync(t *testing.T) error {
 	t.Helper()
+	return h.run(t, h.ctrl.Execute)
+}
+
+// run is one sync of the VMI by one of virt-handler's controllers
+// (execute runs its queue's next key); see sync.
+func (h *kvHandler) run(t *testing.T, execute func() bool) error {
+	t.Helper()
 	h.n.kvLog.take()
 	h.touch(t)
-	h.ctrl.Execute()
+	execute()
 	h.feedBack(t)
 	logged := h.n.kvLog.take()
 	errs := kvErrorLines(logged)
@@ -302,13 +330,20 @@ func (h *kvHandler) hpmountStatus(t *testing.T) kubevirt.VMIStatus {
 // open every attached disk again. A failure is QEMU's error, kept in
 // refused, and an attach QEMU refused is tried again at the next sync.
 type fakeLauncher struct {
-	h      *kvHandler
+	// pod is the launcher's process, and qemu its QEMU.
+	pod    *pod
 	qemu   *launcherQEMU
 	mu     sync.Mutex
 	domain *api.Domain
 	// refused are QEMU's opens that failed, by sync.
 	refused []string
 	syncs   int
+}
+
+// newFakeLauncher is the virt-launcher of launcher pod p, whose compute
+// container's cgroup is cgroup, with no domain yet.
+func newFakeLauncher(t *testing.T, p *pod, cgroup string) *fakeLauncher {
+	return &fakeLauncher{pod: p, qemu: startLauncherQEMU(t, cgroup, p), domain: &api.Domain{}}
 }
 
 func (l *fakeLauncher) sync(vmi *v1.VirtualMachineInstance, _ *cmdv1.VirtualMachineOptions) error {
@@ -379,7 +414,7 @@ func (l *fakeLauncher) disk(st v1.VolumeStatus) (api.Disk, bool) {
 		name += ".img"
 	}
 	path := filepath.Join(launcherView, name)
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", l.h.n.launcherPod.pid(), path)); err != nil {
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", l.pod.pid(), path)); err != nil {
 		return d, false
 	}
 	if block {
