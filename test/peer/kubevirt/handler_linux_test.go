@@ -121,7 +121,9 @@ func newKVHandler(t *testing.T, n *coNode) *kvHandler {
 	h.launcher = newFakeLauncher(t, n.launcherPod, n.computeCgroup)
 	client := cmdclient.NewMockLauncherClient(mock)
 	client.EXPECT().SyncVirtualMachine(gomock.Any(), gomock.Any()).DoAndReturn(
-		func(vmi *v1.VirtualMachineInstance, o *cmdv1.VirtualMachineOptions) error { return h.launcher.sync(vmi, o) }).AnyTimes()
+		func(vmi *v1.VirtualMachineInstance, o *cmdv1.VirtualMachineOptions) error {
+			return h.launcher.sync(vmi, o)
+		}).AnyTimes()
 	expectMigrationTarget(client, h)
 	clients := &launcherclients.MockLauncherClientManager{Initialized: true, Client: client,
 		ClientInfo: &virtcache.LauncherClientInfo{Client: client, Ready: true}}
