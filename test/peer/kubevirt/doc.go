@@ -43,7 +43,9 @@
 //     handler_target_linux_test.go runs virt-handler's migration-target
 //     controller too, on a migration's target node (the source is on
 //     another node, as in production): a failed migration to the node and
-//     a second one that succeeds, with either mounter binding first.
+//     a second one that succeeds, with either mounter binding first;
+//     handler_source_linux_test.go runs the VM controller on a source node
+//     through a migration away and the cleanups of both.
 //   - migrated_linux_test.go measures what each does while a hotplugged
 //     volume is volume-migrated (KubeVirt reads status.migratedVolumes,
 //     hpmount does not), on the source node and on the target.

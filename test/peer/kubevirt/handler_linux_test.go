@@ -381,6 +381,15 @@ func (l *fakeLauncher) sync(vmi *v1.VirtualMachineInstance, _ *cmdv1.VirtualMach
 	return nil
 }
 
+// exit is the launcher's QEMU exiting: the domain holds nothing more.
+func (l *fakeLauncher) exit() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.qemu.q.Kill()
+	l.qemu.held = map[string]bool{}
+	l.domain.Spec.Devices.Disks = nil
+}
+
 // hold has QEMU hold exactly the domain's disks: it closes the nodes of
 // disks detached and opens those attached.
 func (l *fakeLauncher) hold(disks []api.Disk) error {

@@ -46,10 +46,15 @@ func expectMigrationTarget(client *cmdclient.MockLauncherClient, h *kvHandler) {
 			return h.launcher.sync(vmi, o)
 		}).AnyTimes()
 	client.EXPECT().SignalTargetPodCleanup(gomock.Any()).DoAndReturn(func(*v1.VirtualMachineInstance) error {
-		h.launcher.qemu.q.Kill()
+		h.launcher.exit()
 		return nil
 	}).AnyTimes()
 	client.EXPECT().FinalizeVirtualMachineMigration(gomock.Any(), gomock.Any()).Return(nil).AnyTimes()
+	// A migration's source: its QEMU has handed the guest over and exits.
+	client.EXPECT().DeleteDomain(gomock.Any()).DoAndReturn(func(*v1.VirtualMachineInstance) error {
+		h.launcher.exit()
+		return nil
+	}).AnyTimes()
 }
 
 // noMigrationProxy stands in for virt-handler's migration proxies, which
