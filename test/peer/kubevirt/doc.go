@@ -25,8 +25,8 @@
 //   - known_linux_test.go reproduces kubevirt#16520, #16532 and #17882
 //     with KubeVirt's code and runs hpmount in the same situation;
 //     known17882_again_linux_test.go follows #17882 to a second migration
-//     of the VMI to the same node, with the kubelet's pod teardown, on
-//     cgroup v1 and v2.
+//     of the VMI to the same node with KubeVirt's mounter alone and the
+//     kubelet's pod teardown: the baseline of handler_target_linux_test.go.
 //   - handler_linux_test.go runs virt-handler's own VM controller
 //     (pkg/virt-handler's VirtualMachineController, its informers fed by a
 //     fake API server, its real mounter and per-sync cgroup managers, its

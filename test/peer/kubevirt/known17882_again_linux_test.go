@@ -18,15 +18,14 @@ import (
 )
 
 // TestKnown17882MigrationAgain follows kubevirt#17882 one migration
-// further, with KubeVirt's mounter on the target node, as its
+// further with KubeVirt's mounter alone, on the target node, as its
 // migration-target controller and VM controller call it:
 //
 //  1. A migration to this node: MountFromPod from the target attachment
-//     pod binds the volumes into launcher L1 and records the targets in
+//     pod binds the volume into launcher L1 and records the target in
 //     virt-handler's record of the VMI.
 //  2. It fails: the cleanup's Unmount keeps every volume still in the
-//     spec, so the targets stay (kubevirt#17882), and so does the record.
-//     With hpmount, its agent abandons L1 and empties it.
+//     spec, so the target stays (kubevirt#17882), and so does the record.
 //  3. The kubelet deletes L1's pod: it tears down each emptyDir and
 //     removes the pod's directory once all are gone.
 //  4. The VMI migrates to this node again, into launcher L2 with a new
@@ -36,65 +35,36 @@ import (
 // virt-handler's Unmount returns at the first recorded target that is
 // gone (as in kubevirt#16532), before it rewrites its record, and keeps
 // the record in memory: only the VMI leaving the node (UnmountAll) resets
-// it. What the test measures, per world and volume mode:
+// it. This is the baseline for hpmount's side, which
+// TestVirtHandlerMigrationAgain runs with virt-handler's controllers:
 //
-//   - KubeVirt alone, Filesystem: L1's leaked bind makes the kubelet's
-//     teardown fail (EBUSY), so the launcher's pod cannot finish deleting
-//     and the claim's filesystem stays mounted on this node; the second
+//   - Filesystem: L1's leaked bind makes the kubelet's teardown fail
+//     (EBUSY), so the launcher's pod cannot finish deleting and the
+//     claim's filesystem stays mounted on this node; the second
 //     migration's Unmount then finds the recorded target and removes it.
-//   - KubeVirt alone, Block: a device node holds no mount, so the kubelet
-//     removes L1's directory and the second migration's Unmount fails at
-//     every sync. KubeVirt poisons its own record.
-//   - With hpmount, either mode: L1 is emptied, the kubelet removes it,
-//     and the second migration's Unmount fails the same way.
+//   - Block: a device node holds no mount, so the kubelet removes L1's
+//     directory and the second migration's Unmount fails at every sync.
+//     KubeVirt poisons its own record.
 //
-// hpmount cannot keep the record valid without keeping L1's directory,
-// which only a mount does (and keeps the pod from finishing deleting), and
-// it does not write virt-handler's record, which virt-handler reads from
-// memory anyway. It keeps emptying the abandoned target, which frees the
-// claim, and reports what virt-handler's record still names
-// (MigrationTargetCleaned, hpmount diag).
+// The record is the same on cgroup v1 and v2, so this runs on v1 only.
 func TestKnown17882MigrationAgain(t *testing.T) {
 	testutil.RequiresRoot(t)
-	migrationAgain(t, "ag1")
-}
-
-// TestKnown17882MigrationAgainV2 is TestKnown17882MigrationAgain on a
-// cgroup v2 node, where the launchers' device rules are programs.
-func TestKnown17882MigrationAgainV2(t *testing.T) {
-	testutil.RequiresRoot(t)
-	if !inCgroupV2Node {
-		runInCgroupV2Node(t)
-		return
-	}
-	migrationAgain(t, "ag2")
-}
-
-func migrationAgain(t *testing.T, prefix string) {
 	for _, c := range []struct {
-		side string
-		vol  peerVolume
+		vol peerVolume
 		// teardown is whether the kubelet's teardown of L1 succeeds;
 		// again whether the second migration's syncs succeed.
 		teardown, again bool
 	}{
-		{"kubevirt", peerVolume{name: "fs", mode: kubevirt.Filesystem, fstype: "ext4"}, false, true},
-		{"kubevirt", peerVolume{name: "blk", mode: kubevirt.Block}, true, false},
-		{"hpmount", peerVolume{name: "fs", mode: kubevirt.Filesystem, fstype: "ext4"}, true, false},
-		{"hpmount", peerVolume{name: "blk", mode: kubevirt.Block}, true, false},
+		{peerVolume{name: "fs", mode: kubevirt.Filesystem, fstype: "ext4"}, false, true},
+		{peerVolume{name: "blk", mode: kubevirt.Block}, true, false},
 	} {
-		t.Run(c.side+"/"+c.vol.name, func(t *testing.T) {
-			n := newCoNode(t, prefix+c.side[:1]+c.vol.name[:1], []peerVolume{c.vol})
+		t.Run(c.vol.name, func(t *testing.T) {
+			n := newCoNode(t, "ag"+c.vol.name[:1], []peerVolume{c.vol})
 			first := n.launcher
 			must(t, n.kvMounter.MountFromPod(migrationTarget(n.peerNode, false), n.attach, n.kvCgroup))
 			must(t, n.kvMounter.Unmount(migrationTarget(n.peerNode, true), n.kvCgroup))
 			if !strings.Contains(n.kvRecord(t), string(first)) {
 				t.Fatalf("virt-handler's record after the failed migration: %s, want L1's target", n.kvRecord(t))
-			}
-			if c.side == "hpmount" {
-				if out := n.runHpmount(t, n.bin, "detach"); out[c.vol.name] != "removed" {
-					t.Fatalf("hpmount's detach from the abandoned launcher: %q", out[c.vol.name])
-				}
 			}
 			n.launcherPod.stop()
 			err := deletePodDir(first)
