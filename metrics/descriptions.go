@@ -94,25 +94,58 @@ var (
 		Labels: []string{"phase"},
 		Help:   "Phases of one hotplug volume's attach, each from the end of the one before: pod-created (from the VMI change's arrival at the agent to the attachment pod's creationTimestamp), pod-ready (to its Ready condition), publish-seen (to the agent's first attach that found the kubelet's publish), mounted (to the volume usable in the launcher), launcher-ready (to the agent seeing virt-handler's volumeStatus phase Ready); a phase with an unknown or out-of-order end is not observed.",
 	}
+	// The work queues' and the REST client's families keep client-go's
+	// names and labels (as component-base registers them in Kubernetes
+	// components), so the dashboards and alerts written for those apply.
 	descQueueDepth = Description{
-		Name: "hpmount_workqueue_depth", Type: TypeGauge,
-		Labels: []string{"queue"},
-		Help:   "Keys waiting in the agent's work queue (hpmount: VMIs to reconcile; hpmount-status: VMIs whose volumeStatus is to be written).",
+		Name: "workqueue_depth", Type: TypeGauge,
+		Labels: []string{"name"},
+		Help:   "Current depth of the work queue: keys waiting in one of the agent's queues (hpmount: VMIs to reconcile; hpmount-status: VMIs whose volumeStatus is to be written).",
 	}
 	descQueueAdds = Description{
-		Name: "hpmount_workqueue_adds_total", Type: TypeCounter,
-		Labels: []string{"queue"},
-		Help:   "Keys added to the agent's work queue.",
+		Name: "workqueue_adds_total", Type: TypeCounter,
+		Labels: []string{"name"},
+		Help:   "Total number of adds handled by the work queue.",
 	}
 	descQueueRetries = Description{
-		Name: "hpmount_workqueue_retries_total", Type: TypeCounter,
-		Labels: []string{"queue"},
-		Help:   "Keys put back into the agent's work queue after a failed pass, with backoff.",
+		Name: "workqueue_retries_total", Type: TypeCounter,
+		Labels: []string{"name"},
+		Help:   "Total number of retries handled by the work queue: keys put back after a failed pass, with backoff.",
 	}
 	descQueueWait = Description{
-		Name: "hpmount_workqueue_wait_duration_seconds", Type: TypeHistogram,
-		Labels: []string{"queue"},
-		Help:   "Time a key waited in the agent's work queue before a worker took it.",
+		Name: "workqueue_queue_duration_seconds", Type: TypeHistogram,
+		Labels: []string{"name"},
+		Help:   "How long in seconds a key stays in the work queue before a worker takes it.",
+	}
+	descQueueWork = Description{
+		Name: "workqueue_work_duration_seconds", Type: TypeHistogram,
+		Labels: []string{"name"},
+		Help:   "How long in seconds processing a key from the work queue takes (for the hpmount queue, one reconcile of a VMI).",
+	}
+	descQueueUnfinished = Description{
+		Name: "workqueue_unfinished_work_seconds", Type: TypeGauge,
+		Labels: []string{"name"},
+		Help:   "How many seconds of work are in progress and not yet observed by workqueue_work_duration_seconds; a value that keeps growing is a stuck worker.",
+	}
+	descQueueLongest = Description{
+		Name: "workqueue_longest_running_processor_seconds", Type: TypeGauge,
+		Labels: []string{"name"},
+		Help:   "How many seconds the longest running worker of the work queue has been running.",
+	}
+	descRESTRequests = Description{
+		Name: "rest_client_requests_total", Type: TypeCounter,
+		Labels: []string{"code", "host", "method"},
+		Help:   "Number of the agent's requests to the API server, by status code, host and method.",
+	}
+	descRESTLatency = Description{
+		Name: "rest_client_request_duration_seconds", Type: TypeHistogram,
+		Labels: []string{"host", "verb"},
+		Help:   "Latency in seconds of the agent's requests to the API server, by host and verb.",
+	}
+	descRESTRateLimiter = Description{
+		Name: "rest_client_rate_limiter_duration_seconds", Type: TypeHistogram,
+		Labels: []string{"host", "verb"},
+		Help:   "Time in seconds the agent's requests waited for client-go's rate limiter before they were sent, by host and verb.",
 	}
 	descMigrations = Description{
 		Name: "hpmount_migration_events_total", Type: TypeCounter,
@@ -164,10 +197,17 @@ var descriptions = []Description{
 	descQueueAdds,
 	descQueueRetries,
 	descQueueWait,
+	descQueueWork,
+	descQueueUnfinished,
+	descQueueLongest,
+	descRESTRequests,
+	descRESTLatency,
+	descRESTRateLimiter,
 	descStuckThreads,
 }
 
-// Descriptions returns every hpmount_ metric family, in README order. The
+// Descriptions returns every metric family the agent registers besides the
+// Go runtime's and the process's, in README order. The
 // result is a copy the caller may modify.
 func Descriptions() []Description {
 	out := make([]Description, len(descriptions))

@@ -25,7 +25,9 @@
 // The agent serves these at http://<pod>:9090/metrics (flag
 // --metrics-address), together with the standard go_* and process_* series of
 // the agent process. Names follow the Prometheus conventions: prefix
-// hpmount_, base units (seconds, bytes), _total on counters.
+// hpmount_, base units (seconds, bytes), _total on counters; the work
+// queues' and the REST client's families keep client-go's names and labels
+// (workqueue_*{name}, rest_client_*), as Kubernetes components export them.
 //
 //	hpmount_build_info{version,revision,goversion}                gauge      always 1; the labels identify the running build
 //	hpmount_volumes{mode,state}                                   gauge      hotplug volumes on this node by volume mode (Filesystem, Block, Directory, unknown) and state (mounted, pending, refused, failed, unmounted, not-propagated)
@@ -46,10 +48,16 @@
 //	hpmount_migration_events_total{event}                         counter    steps of live migrations seen from this node (handoff, target-ready, target-cleaned, source-cleaned)
 //	hpmount_vmi_gone_checks_total{result}                         counter    live reads confirming a VMI missing from the caches left this node before anything is detached (gone, replaced, elsewhere, still-here, unknown)
 //	hpmount_migration_target_ready_seconds                        histogram  from a migration's handoff seen on the target node to every hotplug volume usable in the target launcher, 50ms..10min buckets
-//	hpmount_workqueue_depth{queue}                                gauge      keys waiting in the work queue (hpmount: VMIs to reconcile; hpmount-status: volumeStatus writes)
-//	hpmount_workqueue_adds_total{queue}                           counter    keys added to the work queue
-//	hpmount_workqueue_retries_total{queue}                        counter    keys put back after a failed pass, with backoff
-//	hpmount_workqueue_wait_duration_seconds{queue}                histogram  time a key waited before a worker took it
+//	workqueue_depth{name}                                         gauge      keys waiting in the work queue (hpmount: VMIs to reconcile; hpmount-status: volumeStatus writes)
+//	workqueue_adds_total{name}                                    counter    keys added to the work queue
+//	workqueue_retries_total{name}                                 counter    keys put back after a failed pass, with backoff
+//	workqueue_queue_duration_seconds{name}                        histogram  time a key waited before a worker took it, 10ns..1000s buckets
+//	workqueue_work_duration_seconds{name}                         histogram  time a worker took on a key (hpmount: one reconcile), 10ns..1000s buckets
+//	workqueue_unfinished_work_seconds{name}                       gauge      seconds of work in progress not yet observed; growing without end is a stuck worker
+//	workqueue_longest_running_processor_seconds{name}             gauge      how long the longest running worker has been running
+//	rest_client_requests_total{code,host,method}                  counter    the agent's requests to the API server by status code, host and method
+//	rest_client_request_duration_seconds{host,verb}               histogram  latency of those requests, 5ms..60s buckets
+//	rest_client_rate_limiter_duration_seconds{host,verb}          histogram  time those requests waited for client-go's rate limiter
 //	hpmount_stuck_threads                                         gauge      threads held by node calls given up on at their deadline that have not returned (hung storage)
 //
 // When a VMI leaves the node every series labelled with it is deleted, and

@@ -85,10 +85,10 @@ type Metrics struct {
 	migrations        *prometheus.CounterVec
 	goneChecks        *prometheus.CounterVec
 	migrationReady    prometheus.Histogram
-	queueDepth        *prometheus.GaugeVec
-	queueAdds         *prometheus.CounterVec
-	queueRetries      *prometheus.CounterVec
-	queueWait         *prometheus.HistogramVec
+	// queues and rest are client-go's families (workqueue.go,
+	// restclient.go).
+	queues queueFamilies
+	rest   restFamilies
 	// stuckThreads counts hpmount_stuck_threads at each scrape (StuckThreads).
 	stuckThreads atomic.Pointer[func() int]
 
@@ -132,10 +132,8 @@ func New(version, revision string) *Metrics {
 		goneChecks: counterVec(descGoneChecks),
 		migrationReady: prometheus.NewHistogram(prometheus.HistogramOpts{Name: descMigrationReady.Name, Help: descMigrationReady.Help,
 			Buckets: LatencyBuckets}),
-		queueDepth:   gaugeVec(descQueueDepth),
-		queueAdds:    counterVec(descQueueAdds),
-		queueRetries: counterVec(descQueueRetries),
-		queueWait:    histogramVec(descQueueWait),
+		queues:       newQueueFamilies(),
+		rest:         newRESTFamilies(),
 		vmis:         make(map[vmiKey]map[string]*volume),
 		volumeGauges: make(map[modeState]prometheus.Gauge),
 	}
@@ -175,12 +173,6 @@ func New(version, revision string) *Metrics {
 	for _, r := range agent.GoneChecks {
 		m.goneChecks.WithLabelValues(r)
 	}
-	for _, q := range []string{QueueReconcile, QueueStatus} {
-		m.queueDepth.WithLabelValues(q)
-		m.queueAdds.WithLabelValues(q)
-		m.queueRetries.WithLabelValues(q)
-		m.queueWait.WithLabelValues(q)
-	}
 
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -201,12 +193,10 @@ func New(version, revision string) *Metrics {
 		m.migrations,
 		m.goneChecks,
 		m.migrationReady,
-		m.queueDepth,
-		m.queueAdds,
-		m.queueRetries,
-		m.queueWait,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: descStuckThreads.Name, Help: descStuckThreads.Help}, m.stuck),
 	)
+	m.reg.MustRegister(m.queues.collectors()...)
+	m.reg.MustRegister(m.rest.collectors()...)
 	return m
 }
 

@@ -4,11 +4,19 @@
 package metrics
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/hpmount/hpmount/agent"
@@ -120,16 +128,61 @@ func TestWorkqueueProvider(t *testing.T) {
 	defer q.ShutDown()
 	q.Add("a")
 	q.Add("b")
-	if got := testutil.ToFloat64(m.queueDepth.WithLabelValues(QueueReconcile)); got != 2 {
+	if got := testutil.ToFloat64(m.queues.depth.WithLabelValues(QueueReconcile)); got != 2 {
 		t.Errorf("depth = %v, want 2", got)
 	}
 	k, _ := q.Get()
 	q.AddRateLimited(k)
 	q.Done(k)
-	if got := testutil.ToFloat64(m.queueRetries.WithLabelValues(QueueReconcile)); got != 1 {
+	if got := testutil.ToFloat64(m.queues.retries.WithLabelValues(QueueReconcile)); got != 1 {
 		t.Errorf("retries = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.queueAdds.WithLabelValues(QueueReconcile)); got != 2 {
+	if got := testutil.ToFloat64(m.queues.adds.WithLabelValues(QueueReconcile)); got != 2 {
 		t.Errorf("adds = %v, want 2", got)
 	}
+	if got := histogramCount(t, m.queues.work.WithLabelValues(QueueReconcile)); got != 1 {
+		t.Errorf("work durations observed = %d, want 1", got)
+	}
+}
+
+// TestRESTClientMetrics: a real client-go request to a test server is
+// counted under client-go's names, on the registry of the Metrics that
+// registered last.
+func TestRESTClientMetrics(t *testing.T) {
+	old := New("dev", "none")
+	old.RegisterClientMetrics()
+	m := New("dev", "none")
+	m.RegisterClientMetrics()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","items":[]}`))
+	}))
+	defer srv.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	if got := testutil.ToFloat64(m.rest.requests.WithLabelValues("200", host, "GET")); got != 1 {
+		t.Errorf("rest_client_requests_total{code=200,method=GET} = %v, want 1", got)
+	}
+	if got := histogramCount(t, m.rest.latency.WithLabelValues(host, "GET")); got != 1 {
+		t.Errorf("rest_client_request_duration_seconds observed %d requests, want 1", got)
+	}
+	if got := testutil.CollectAndCount(old.rest.requests); got != 0 {
+		t.Errorf("the first Metrics got %d series after another registered", got)
+	}
+}
+
+// histogramCount is how many observations o (a histogram) holds.
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	var out dto.Metric
+	if err := o.(prometheus.Metric).Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetHistogram().GetSampleCount()
 }

@@ -68,6 +68,10 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 		return plugin.UsageError{Err: err}
 	}
 	collectSooner()
+	// client-go reports its requests to the metrics registered before its
+	// first client.
+	m := metrics.New(build().Version, build().Revision)
+	m.RegisterClientMetrics()
 	kube, dyn, err := api.clients("hpmount/" + build().Version)
 	if err != nil {
 		return err
@@ -84,7 +88,6 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	if n, err := engine.SweepGrowthLeftovers(); err != nil || n > 0 {
 		cfg.Logger.Warn("swept growth mounts an older hpmount left behind", "count", n, "error", fmt.Sprint(err))
 	}
-	m := metrics.New(build().Version, build().Revision)
 	m.StuckThreads(engine.StuckThreads)
 	cfg.Observer = m
 	cfg.QueueMetrics = m.WorkqueueProvider()

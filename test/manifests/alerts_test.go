@@ -328,7 +328,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"hpmount_volumes", "hpmount_attach_latency_seconds_bucket", "hpmount_refusals_total", "hpmount_filesystem_expansions_total",
-		"hpmount_volume_stale_open", "hpmount_workqueue_depth", "hpmount_workqueue_retries_total", "hpmount_reconcile_duration_seconds_bucket",
+		"hpmount_volume_stale_open", "workqueue_depth", "workqueue_retries_total", "rest_client_requests_total", "hpmount_reconcile_duration_seconds_bucket",
 		"process_resident_memory_bytes", "go_gc_gomemlimit_bytes", "hpmount_migration_events_total"} {
 		if !read[want] {
 			t.Errorf("no panel reads %s", want)

@@ -198,7 +198,7 @@ func (f *fleetAgent) settledStart() error {
 		}
 		m, err := f.a.scrape()
 		if err == nil && m.hist("hpmount_reconcile_duration_seconds").count >= uint64(f.vmis) &&
-			m.sum("hpmount_workqueue_depth", nil) == 0 {
+			m.sum("workqueue_depth", nil) == 0 {
 			return nil
 		}
 	}

@@ -581,7 +581,7 @@ func (e *env) watchQueue(a *agent, d time.Duration) <-chan int {
 		largest := 0
 		for end := time.Now().Add(d + 5*time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 			if m, err := a.scrape(); err == nil {
-				largest = max(largest, int(m.sum("hpmount_workqueue_depth", map[string]string{"queue": "hpmount"})))
+				largest = max(largest, int(m.sum("workqueue_depth", map[string]string{"name": "hpmount"})))
 			}
 		}
 		out <- largest
