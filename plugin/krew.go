@@ -16,16 +16,41 @@ import (
 	"time"
 )
 
-// KrewArchive is the name of the plugin's archive for a platform, as the
-// krew manifest's uri names it.
-func KrewArchive(os, arch string) string {
-	return "kubectl-hpmount-" + os + "-" + arch + ".tar.gz"
+// KrewPlatform is one operating system and architecture the plugin is
+// released for.
+type KrewPlatform struct{ OS, Arch string }
+
+// KrewPlatforms are the plugin's platforms: the nodes' (linux) and the
+// operators' workstations (darwin, windows), each on amd64 and arm64. The
+// krew manifest lists each; the release builds each.
+var KrewPlatforms = []KrewPlatform{
+	{"linux", "amd64"}, {"linux", "arm64"},
+	{"darwin", "amd64"}, {"darwin", "arm64"},
+	{"windows", "amd64"}, {"windows", "arm64"},
 }
 
-// WriteKrewArchive writes the .tar.gz krew installs from: the binary as
-// kubectl-hpmount and the license, with fixed owners, modes and mtime so
+// Archive is the name of the plugin's archive for p, as the krew
+// manifest's uri names it.
+func (p KrewPlatform) Archive() string {
+	return "kubectl-hpmount-" + p.OS + "-" + p.Arch + ".tar.gz"
+}
+
+// Binary is the plugin's file name in p's archive: kubectl finds a plugin
+// on Windows only with the .exe suffix.
+func (p KrewPlatform) Binary() string {
+	if p.OS == "windows" {
+		return "kubectl-hpmount.exe"
+	}
+	return "kubectl-hpmount"
+}
+
+// KrewArchive is the name of the plugin's archive for a platform.
+func KrewArchive(os, arch string) string { return KrewPlatform{os, arch}.Archive() }
+
+// WriteKrewArchive writes the .tar.gz krew installs from for p: the binary
+// as p.Binary() and the license, with fixed owners, modes and mtime so
 // that the same inputs give the same bytes.
-func WriteKrewArchive(w io.Writer, binary, license []byte, mtime time.Time) error {
+func WriteKrewArchive(w io.Writer, p KrewPlatform, binary, license []byte, mtime time.Time) error {
 	gz, err := gzip.NewWriterLevel(w, gzip.BestCompression)
 	if err != nil {
 		return err
@@ -35,7 +60,7 @@ func WriteKrewArchive(w io.Writer, binary, license []byte, mtime time.Time) erro
 		name string
 		mode int64
 		data []byte
-	}{{"kubectl-hpmount", 0o755, binary}, {"LICENSE", 0o644, license}} {
+	}{{p.Binary(), 0o755, binary}, {"LICENSE", 0o644, license}} {
 		hdr := &tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: mtime.UTC(),
 			Typeflag: tar.TypeReg, Uname: "root", Gname: "root", Format: tar.FormatPAX}
 		if err := tw.WriteHeader(hdr); err != nil {
@@ -84,7 +109,7 @@ func RenderKrewManifest(tmpl []byte, version string, sums io.Reader) ([]byte, er
 		return nil, fmt.Errorf("krew manifest template: %w", err)
 	}
 	var b bytes.Buffer
-	err = t.Execute(&b, krewValues{Version: version, digests: digests})
+	err = t.Execute(&b, krewValues{Version: version, Platforms: KrewPlatforms, digests: digests})
 	if err != nil {
 		return nil, fmt.Errorf("krew manifest: %w", err)
 	}
@@ -92,8 +117,9 @@ func RenderKrewManifest(tmpl []byte, version string, sums io.Reader) ([]byte, er
 }
 
 type krewValues struct {
-	Version string
-	digests map[string]string
+	Version   string
+	Platforms []KrewPlatform
+	digests   map[string]string
 }
 
 // SHA256 is the digest of archive, or an error naming it.

@@ -49,7 +49,7 @@ type krewPlugin struct {
 }
 
 // TestKrewManifest renders plugins/krew/hpmount.yaml with the digests of
-// real archives and checks what krew needs of each linux platform: the
+// real archives and checks what krew needs of each platform: the
 // release's archive URI, its sha256, and a bin the archive holds.
 func TestKrewManifest(t *testing.T) {
 	tmpl, err := os.ReadFile("../plugins/krew/hpmount.yaml")
@@ -57,58 +57,78 @@ func TestKrewManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sums strings.Builder
-	digests := map[string]string{}
-	for _, arch := range []string{"amd64", "arm64"} {
+	digests := map[KrewPlatform]string{}
+	for _, p := range KrewPlatforms {
 		var b bytes.Buffer
-		if err := WriteKrewArchive(&b, []byte("binary for "+arch), []byte("license"), time.Unix(0, 0)); err != nil {
+		if err := WriteKrewArchive(&b, p, []byte("binary for "+p.OS+"/"+p.Arch), []byte("license"), time.Unix(0, 0)); err != nil {
 			t.Fatal(err)
 		}
 		d := sha256.Sum256(b.Bytes())
-		digests[arch] = hex.EncodeToString(d[:])
-		fmt.Fprintf(&sums, "%s  %s\n", digests[arch], KrewArchive("linux", arch))
+		digests[p] = hex.EncodeToString(d[:])
+		fmt.Fprintf(&sums, "%s  %s\n", digests[p], p.Archive())
 	}
 	out, err := RenderKrewManifest(tmpl, "v1.2.3", strings.NewReader(sums.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p krewPlugin
-	if err := yaml.UnmarshalStrict(out, &p); err != nil {
+	var m krewPlugin
+	if err := yaml.UnmarshalStrict(out, &m); err != nil {
 		t.Fatalf("rendered manifest: %v\n%s", err, out)
 	}
-	if p.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || p.Kind != "Plugin" || p.Metadata.Name != "hpmount" || p.Spec.Version != "v1.2.3" || p.Spec.ShortDescription == "" {
-		t.Errorf("header: %+v", p)
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "hpmount" || m.Spec.Version != "v1.2.3" || m.Spec.ShortDescription == "" {
+		t.Errorf("header: %+v", m)
 	}
-	if len(p.Spec.Platforms) != 2 {
-		t.Fatalf("%d platforms, want linux amd64 and arm64", len(p.Spec.Platforms))
+	if len(m.Spec.Platforms) != len(KrewPlatforms) {
+		t.Fatalf("%d platforms, want %d: %v", len(m.Spec.Platforms), len(KrewPlatforms), KrewPlatforms)
 	}
-	for i, arch := range []string{"amd64", "arm64"} {
-		pl := p.Spec.Platforms[i]
-		wantURI := "https://github.com/hpmount/hpmount/releases/download/v1.2.3/" + KrewArchive("linux", arch)
-		if pl.Selector.MatchLabels["os"] != "linux" || pl.Selector.MatchLabels["arch"] != arch || pl.URI != wantURI || pl.SHA256 != digests[arch] {
-			t.Errorf("platform %d: %+v, want linux/%s at %s with sha256 %s", i, pl, arch, wantURI, digests[arch])
+	for i, p := range KrewPlatforms {
+		pl := m.Spec.Platforms[i]
+		wantURI := "https://github.com/hpmount/hpmount/releases/download/v1.2.3/" + KrewArchive(p.OS, p.Arch)
+		if pl.Selector.MatchLabels["os"] != p.OS || pl.Selector.MatchLabels["arch"] != p.Arch || pl.URI != wantURI || pl.SHA256 != digests[p] {
+			t.Errorf("platform %d: %+v, want %s/%s at %s with sha256 %s", i, pl, p.OS, p.Arch, wantURI, digests[p])
 		}
-		if pl.Bin != "kubectl-hpmount" || len(pl.Files) == 0 || pl.Files[0].From != "kubectl-hpmount" {
-			t.Errorf("platform %d: bin %q files %+v, want kubectl-hpmount from the archive", i, pl.Bin, pl.Files)
+		wantBin := map[string]string{"linux": "kubectl-hpmount", "darwin": "kubectl-hpmount", "windows": "kubectl-hpmount.exe"}[p.OS]
+		if pl.Bin != wantBin || len(pl.Files) == 0 || pl.Files[0].From != wantBin {
+			t.Errorf("platform %d: bin %q files %+v, want %s from the archive", i, pl.Bin, pl.Files, wantBin)
 		}
 	}
-	if _, err := RenderKrewManifest(tmpl, "v1.2.3", strings.NewReader(sums.String()[:strings.Index(sums.String(), "\n")+1])); err == nil || !strings.Contains(err.Error(), "arm64") {
-		t.Errorf("arm64 missing from SHA256SUMS: error %v, want one naming it", err)
+	first := sums.String()[:strings.Index(sums.String(), "\n")+1]
+	if _, err := RenderKrewManifest(tmpl, "v1.2.3", strings.NewReader(first)); err == nil || !strings.Contains(err.Error(), "arm64") {
+		t.Errorf("linux/arm64 missing from SHA256SUMS: error %v, want one naming it", err)
 	}
 }
 
-// TestKrewArchive: the archive holds kubectl-hpmount (executable) and
-// LICENSE, and the same inputs give the same bytes.
+// TestKrewArchive: the archive holds the plugin (executable, with .exe on
+// Windows) and LICENSE, and the same inputs give the same bytes.
 func TestKrewArchive(t *testing.T) {
-	var a, b bytes.Buffer
-	for _, w := range []*bytes.Buffer{&a, &b} {
-		if err := WriteKrewArchive(w, []byte("bin"), []byte("lic"), time.Unix(1700000000, 0)); err != nil {
-			t.Fatal(err)
+	for _, tt := range []struct {
+		p    KrewPlatform
+		want string
+	}{
+		{KrewPlatform{"linux", "amd64"}, "kubectl-hpmount 755 bin,LICENSE 644 lic"},
+		{KrewPlatform{"darwin", "arm64"}, "kubectl-hpmount 755 bin,LICENSE 644 lic"},
+		{KrewPlatform{"windows", "amd64"}, "kubectl-hpmount.exe 755 bin,LICENSE 644 lic"},
+	} {
+		var a, b bytes.Buffer
+		for _, w := range []*bytes.Buffer{&a, &b} {
+			if err := WriteKrewArchive(w, tt.p, []byte("bin"), []byte("lic"), time.Unix(1700000000, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(a.Bytes(), b.Bytes()) {
+			t.Fatalf("%v: two writes differ", tt.p)
+		}
+		if got := archiveEntries(t, &a); got != tt.want {
+			t.Errorf("%v: archive %q, want %q", tt.p, got, tt.want)
 		}
 	}
-	if !bytes.Equal(a.Bytes(), b.Bytes()) {
-		t.Fatal("two writes differ")
-	}
-	gz, err := gzip.NewReader(&a)
+}
+
+// archiveEntries lists a .tar.gz's entries as "name mode data", comma
+// separated.
+func archiveEntries(t *testing.T, r io.Reader) string {
+	t.Helper()
+	gz, err := gzip.NewReader(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,9 +145,7 @@ func TestKrewArchive(t *testing.T) {
 		data, _ := io.ReadAll(tr)
 		got = append(got, fmt.Sprintf("%s %o %s", h.Name, h.Mode, data))
 	}
-	if want := "kubectl-hpmount 755 bin,LICENSE 644 lic"; strings.Join(got, ",") != want {
-		t.Errorf("archive %q, want %q", strings.Join(got, ","), want)
-	}
+	return strings.Join(got, ",")
 }
 
 func TestParseSHA256SUMS(t *testing.T) {

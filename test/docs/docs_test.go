@@ -42,10 +42,39 @@ func TestShapeProblems(t *testing.T) {
 	}
 }
 
+// TestChangelog holds CHANGELOG.md to Keep a Changelog's shape, which
+// release notes are cut from.
+func TestChangelog(t *testing.T) {
+	for _, p := range changelogProblems(read(t, "CHANGELOG.md")) {
+		t.Errorf("CHANGELOG.md: %s", p)
+	}
+}
+
+func TestChangelogProblems(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       int
+	}{
+		{"unreleased and a release", "# C\n## [Unreleased]\n### Added\n- x\n## [v1.2.3] - 2026-12-01\n### Fixed\n- y\n", 0},
+		{"a release first", "## [v1.2.3] - 2026-12-01\n", 1},
+		{"release without date", "## [Unreleased]\n## [v1.2.3]\n", 1},
+		{"unknown section", "## [Unreleased]\n### Misc\n", 1},
+		{"no release", "# C\n", 1},
+		{"heading in code", "## [Unreleased]\n```\n## nope\n```\n", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := changelogProblems(tc.text); len(got) != tc.want {
+				t.Errorf("%d problems %q, want %d", len(got), got, tc.want)
+			}
+		})
+	}
+}
+
 // TestRelativeLinks fails on a link from one of the project's documents
 // to a file or heading that does not exist.
 func TestRelativeLinks(t *testing.T) {
-	docs := []string{"README.md", "ARCHITECTURE.md", "HACKING.md", "SECURITY.md", "test/README.md", "deploy/README.md"}
+	docs := []string{"README.md", "ARCHITECTURE.md", "HACKING.md", "SECURITY.md", "CHANGELOG.md", "test/README.md", "deploy/README.md"}
 	more, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)

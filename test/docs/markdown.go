@@ -117,3 +117,37 @@ func slug(heading string) string {
 	s := slugDrop.ReplaceAllString(strings.ToLower(strings.TrimSpace(heading)), "")
 	return strings.ReplaceAll(s, " ", "-")
 }
+
+// changelogHeading is a release heading of CHANGELOG.md: Unreleased, or a
+// version with its date.
+var changelogHeading = regexp.MustCompile(`^## (\[Unreleased\]|\[v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?\] - [0-9]{4}-[0-9]{2}-[0-9]{2})$`)
+
+// changelogSections are Keep a Changelog's kinds of change.
+var changelogSections = map[string]bool{"Added": true, "Changed": true, "Deprecated": true, "Removed": true, "Fixed": true, "Security": true}
+
+// changelogProblems checks CHANGELOG.md's shape: Keep a Changelog's
+// headings, Unreleased first, each section one of its kinds.
+func changelogProblems(text string) []string {
+	var out []string
+	releases := 0
+	for i, l := range proseLines(text) {
+		switch {
+		case strings.HasPrefix(l, "## "):
+			if !changelogHeading.MatchString(l) {
+				out = append(out, fmt.Sprintf("line %d: %q is neither [Unreleased] nor [vX.Y.Z] - YYYY-MM-DD", i+1, l))
+			}
+			if releases == 0 && l != "## [Unreleased]" {
+				out = append(out, fmt.Sprintf("line %d: the first release heading is %q, want [Unreleased]", i+1, l))
+			}
+			releases++
+		case strings.HasPrefix(l, "### "):
+			if !changelogSections[strings.TrimPrefix(l, "### ")] {
+				out = append(out, fmt.Sprintf("line %d: section %q is not one of Keep a Changelog's", i+1, l))
+			}
+		}
+	}
+	if releases == 0 {
+		out = append(out, "no release heading")
+	}
+	return out
+}

@@ -14,7 +14,13 @@ import (
 )
 
 // BinaryName is the file name of command c built for p.
-func BinaryName(c string, p Platform) string { return c + "-" + p.OS + "-" + p.Arch }
+func BinaryName(c string, p Platform) string {
+	name := c + "-" + p.OS + "-" + p.Arch
+	if p.OS == "windows" {
+		name += ".exe"
+	}
+	return name
+}
 
 // buildEnv are the variables that change what go build writes; each is
 // set here, whatever the caller's environment says. GOFLAGS is cleared so

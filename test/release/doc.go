@@ -7,10 +7,11 @@
 //
 // Build writes:
 //
-//   - <command>-linux-<arch>: each main package under cmd/, static
+//   - <command>-<os>-<arch>: each main package under cmd/, static
 //     (CGO_ENABLED=0), -trimpath, -buildid= and no VCS stamp, version and
-//     commit set through -ldflags, for linux/amd64 and linux/arm64;
-//   - <command>-linux-<arch>.cdx.json: a CycloneDX SBOM of the Go modules
+//     commit set through -ldflags, for linux/amd64 and linux/arm64, and the
+//     kubectl plugin for darwin and windows (.exe) on both too;
+//   - <command>-<os>-<arch>.cdx.json: a CycloneDX SBOM of the Go modules
 //     linked into that binary, read from the binary itself
 //     (debug/buildinfo), so it lists what was built, not what go.mod asks;
 //   - image/: a multi-arch OCI image layout (an image index of one manifest
@@ -21,8 +22,13 @@
 //   - chart/: the Helm chart repository of deploy/chart (the .tgz and
 //     index.yaml), its version and appVersion set from the release version,
 //     with fixed times in the archive and the index;
-//   - kubectl-hpmount-linux-<arch>.tar.gz: the plugin and the LICENSE, as
+//   - kubectl-hpmount-<os>-<arch>.tar.gz: the plugin and the LICENSE, as
 //     krew installs them;
+//   - hpmount.intoto.json: an in-toto statement of SLSA v1 provenance
+//     whose subjects are every file above with its sha256: the source
+//     commit, the Go toolchain, the version and the fixed build settings,
+//     and no times but the source date. It is not signed (offline, there
+//     is no key); it can be signed as it is;
 //   - SHA256SUMS over every file above, in sha256sum's format;
 //   - hpmount.yaml: the krew manifest (plugins/krew/hpmount.yaml) with the
 //     version and each archive's sha256 from SHA256SUMS.

@@ -20,7 +20,7 @@ const Plugin = "kubectl-hpmount"
 const KrewManifestName = "hpmount.yaml"
 
 // krewArchiveName is what krew downloads for one platform.
-func krewArchiveName(p Platform) string { return BinaryName(Plugin, p) + ".tar.gz" }
+func krewArchiveName(p Platform) string { return plugin.KrewArchive(p.OS, p.Arch) }
 
 // writeKrewArchive packs the plugin's binary for p with the LICENSE, as
 // krew installs it.
@@ -34,7 +34,7 @@ func writeKrewArchive(opts Options, binary string, p Platform) error {
 		return err
 	}
 	var b bytes.Buffer
-	if err := plugin.WriteKrewArchive(&b, bin, license, opts.Date); err != nil {
+	if err := plugin.WriteKrewArchive(&b, plugin.KrewPlatform{OS: p.OS, Arch: p.Arch}, bin, license, opts.Date); err != nil {
 		return fmt.Errorf("krew archive for %s: %w", p, err)
 	}
 	return os.WriteFile(filepath.Join(opts.OutDir, krewArchiveName(p)), b.Bytes(), 0o644)

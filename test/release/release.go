@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hpmount/hpmount/plugin"
 )
 
 // Platform is one operating system and architecture a release is built for.
@@ -22,8 +24,21 @@ type Platform struct{ OS, Arch string }
 
 func (p Platform) String() string { return p.OS + "/" + p.Arch }
 
-// Platforms are the release's targets: Harvester ships both.
+// Platforms are the targets of every command: Harvester ships both.
 var Platforms = []Platform{{"linux", "amd64"}, {"linux", "arm64"}}
+
+// PlatformsOf are command c's targets: the kubectl plugin's
+// (plugin.KrewPlatforms) add the operators' workstations.
+func PlatformsOf(c string) []Platform {
+	if c != Plugin {
+		return Platforms
+	}
+	var out []Platform
+	for _, p := range plugin.KrewPlatforms {
+		out = append(out, Platform{p.OS, p.Arch})
+	}
+	return out
+}
 
 // Source, License and Title name the project in the image's annotations
 // and the SBOMs.
@@ -88,8 +103,8 @@ func Build(ctx context.Context, opts Options) ([]string, error) {
 		return nil, err
 	}
 	agents := map[Platform]string{}
-	for _, p := range Platforms {
-		for _, c := range commands {
+	for _, c := range commands {
+		for _, p := range PlatformsOf(c) {
 			path, err := buildBinary(ctx, opts, c, p)
 			if err != nil {
 				return nil, err
@@ -111,6 +126,9 @@ func Build(ctx context.Context, opts Options) ([]string, error) {
 		return nil, err
 	}
 	if _, err := ChartRepo(filepath.Join(opts.RepoDir, "deploy"), filepath.Join(opts.OutDir, ChartRepoDir), opts.Version, opts.Date); err != nil {
+		return nil, err
+	}
+	if err := writeProvenance(opts, agents[Platforms[0]]); err != nil {
 		return nil, err
 	}
 	files, err := writeSums(opts.OutDir)

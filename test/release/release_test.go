@@ -8,8 +8,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -79,6 +81,7 @@ func TestRelease(t *testing.T) {
 	t.Run("Contents", func(t *testing.T) { checkContents(t, dirs[0], files[0], opts) })
 	t.Run("Sums", func(t *testing.T) { checkSums(t, dirs[0], files[0]) })
 	t.Run("SBOM", func(t *testing.T) { checkSBOM(t, dirs[0], repo, opts) })
+	t.Run("Provenance", func(t *testing.T) { checkProvenance(t, dirs[0], files[0], opts) })
 	t.Run("Chart", func(t *testing.T) { checkChart(t, dirs[0], opts) })
 	t.Run("Image", func(t *testing.T) { checkImage(t, dirs[0], opts) })
 }
@@ -115,17 +118,82 @@ func checkContents(t *testing.T, dist string, files []string, opts Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, KrewManifestName)
-	for _, p := range Platforms {
-		for _, c := range cmds {
+	want = append(want, KrewManifestName, ProvenanceName)
+	for _, c := range cmds {
+		for _, p := range PlatformsOf(c) {
 			want = append(want, BinaryName(c, p), BinaryName(c, p)+SBOMSuffix)
+			if c == Plugin {
+				want = append(want, krewArchiveName(p))
+			}
+			checkTarget(t, filepath.Join(dist, BinaryName(c, p)), p)
 		}
-		want = append(want, krewArchiveName(p))
 	}
 	for _, w := range want {
 		if !have[w] {
 			t.Errorf("release lacks %s; it has %v", w, files)
 		}
+	}
+	if n := len(PlatformsOf(Plugin)); n != 6 {
+		t.Errorf("the plugin is built for %d platforms, want linux, darwin and windows on amd64 and arm64", n)
+	}
+}
+
+// checkTarget checks that the binary at path was built for p, as it
+// records itself.
+func checkTarget(t *testing.T, path string, p Platform) {
+	t.Helper()
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		t.Errorf("%s: %v", path, err)
+		return
+	}
+	got := map[string]string{}
+	for _, s := range info.Settings {
+		got[s.Key] = s.Value
+	}
+	if got["GOOS"] != p.OS || got["GOARCH"] != p.Arch || got["CGO_ENABLED"] != "0" {
+		t.Errorf("%s was built for %s/%s (CGO_ENABLED=%s), want %s", filepath.Base(path), got["GOOS"], got["GOARCH"], got["CGO_ENABLED"], p)
+	}
+}
+
+// checkProvenance: the statement names every other artefact with its
+// digest, and the source, toolchain and parameters it was built from.
+func checkProvenance(t *testing.T, dist string, files []string, opts Options) {
+	data, err := os.ReadFile(filepath.Join(dist, ProvenanceName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Statement
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != StatementType || st.PredicateType != ProvenanceType || st.Predicate.RunDetails.Builder.ID != BuilderID {
+		t.Errorf("statement header: %s %s %s", st.Type, st.PredicateType, st.Predicate.RunDetails.Builder.ID)
+	}
+	subjects := map[string]string{}
+	for _, s := range st.Subject {
+		subjects[s.Name] = s.Digest["sha256"]
+	}
+	for _, f := range files {
+		if f == ProvenanceName || f == SumsName || f == KrewManifestName {
+			if _, ok := subjects[f]; ok {
+				t.Errorf("the provenance names %s, written after it", f)
+			}
+			continue
+		}
+		got, err := manifests.FileDigest(filepath.Join(dist, f))
+		if err != nil || subjects[f] != got {
+			t.Errorf("%s: the provenance says sha256 %q, the file is %s (%v)", f, subjects[f], got, err)
+		}
+	}
+	bd := st.Predicate.BuildDefinition
+	if bd.ExternalParameters["version"] != opts.Version || bd.ExternalParameters["commit"] != opts.Commit ||
+		bd.ExternalParameters["sourceDateEpoch"] != fmt.Sprint(opts.Date.Unix()) {
+		t.Errorf("external parameters %v, want version %s, commit %s, date %d", bd.ExternalParameters, opts.Version, opts.Commit, opts.Date.Unix())
+	}
+	if len(bd.ResolvedDependencies) != 2 || bd.ResolvedDependencies[0].Digest["gitCommit"] != opts.Commit ||
+		bd.ResolvedDependencies[1].URI != "pkg:golang/toolchain@"+runtime.Version() {
+		t.Errorf("resolved dependencies %+v, want the commit %s and %s", bd.ResolvedDependencies, opts.Commit, runtime.Version())
 	}
 }
 
