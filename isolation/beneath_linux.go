@@ -65,6 +65,17 @@ func OpenBeneath(root *os.File, rel string, how How) (*os.File, error) {
 	return os.NewFile(uintptr(fd), filepath.Join(root.Name(), rel)), nil
 }
 
+func checkOpenat2() error {
+	fd, err := openat2Syscall(unix.AT_FDCWD, "/", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("openat2: %w: %w", errors.ErrUnsupported, err)
+	}
+	if err != nil {
+		return fmt.Errorf("openat2: %w", err)
+	}
+	return unix.Close(fd)
+}
+
 func openBeneath(dirfd int, rel string, how How) (int, error) {
 	if !openat2Missing.Load() {
 		fd, err := openat2(dirfd, rel, how)

@@ -248,3 +248,16 @@ func TestOpenInRootUnderARenameLoop(t *testing.T) {
 		t.Fatal("OpenInRoot did not return under a rename loop")
 	}
 }
+
+// TestCheckOpenat2: this kernel has openat2; one that answers ENOSYS is
+// reported as unsupported, which the agent's start line says.
+func TestCheckOpenat2(t *testing.T) {
+	if err := CheckOpenat2(); err != nil {
+		t.Fatalf("CheckOpenat2 on this kernel: %v", err)
+	}
+	openat2Syscall = func(int, string, *unix.OpenHow) (int, error) { return -1, unix.ENOSYS }
+	defer func() { openat2Syscall = unix.Openat2 }()
+	if err := CheckOpenat2(); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("CheckOpenat2 without openat2: %v, want ErrUnsupported", err)
+	}
+}

@@ -32,6 +32,8 @@ func ReadLinkBeneath(root *os.File, rootPaths []string, rel string) (string, err
 	return "", fmt.Errorf("read link %q: %w", rel, errors.ErrUnsupported)
 }
 
+func checkOpenat2() error { return fmt.Errorf("openat2: %w", errors.ErrUnsupported) }
+
 // MountID is only supported on Linux.
 func MountID(f *os.File) (uint64, error) { return 0, errors.ErrUnsupported }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mountwatch"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
@@ -665,5 +666,29 @@ func waitThreadIn(t *testing.T, state byte) {
 			t.Fatalf("no thread in state %c after 30 s", state)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestFeatures: this kernel (6.8 or later, the machine CI runs on) has
+// statmount and openat2; mount notifications are reported as the kernel
+// and the configuration allow, the same answer WatchMounts gets.
+func TestFeatures(t *testing.T) {
+	n := newLinkedRoot(t)
+	e := n.engine(t)
+	e.mountEvents = true // as DefaultConfig has it
+	f := e.Features()
+	if f.Statmount != nil || f.Openat2 != nil {
+		t.Errorf("features %+v, want statmount and openat2 on this kernel", f)
+	}
+	w, err := mountwatch.Open(e.host, e.root)
+	if err == nil {
+		w.Close()
+	}
+	if (f.MountEvents == nil) != (err == nil) {
+		t.Errorf("mount events reported %v; a watcher opens with %v", f.MountEvents, err)
+	}
+	e.mountEvents = false
+	if f := e.Features(); !errors.Is(f.MountEvents, errors.ErrUnsupported) {
+		t.Errorf("mount events off: %v, want ErrUnsupported", f.MountEvents)
 	}
 }

@@ -98,20 +98,29 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	if err != nil {
 		return err
 	}
-	logStart(cfg, nc)
+	logStart(cfg, nc, engine.Features())
 	return a.Run(cmd.Context())
 }
 
 // logStart is the agent's first line: what it is and the settings an
 // operator looks for first when its behaviour surprises. The agent's last
 // line says that it stopped and left the mounts in place.
-func logStart(cfg agent.Config, nc node.Config) {
+func logStart(cfg agent.Config, nc node.Config, f node.Features) {
 	b := build()
 	cfg.Logger.Info("hpmount agent starting", "version", b.Version, "revision", b.Revision, "go", b.GoVersion,
 		"node", cfg.NodeName, "kubeletRoot", nc.KubeletRoot, "cgroupMode", nc.CgroupMode, "cgroupRoot", nc.CgroupRoot,
 		"kubevirtStateDir", nc.HandlerStateDir, "mountEvents", nc.MountEvents, "createDiskImages", nc.CreateDiskImages,
 		"growFilesystems", cfg.GrowFilesystems, "expandDiskImages", nc.Grow.DiskImages,
-		"reportVolumeStatus", cfg.ReportVolumeStatus, "resyncPeriod", cfg.ResyncPeriod.String(), "workers", cfg.Workers)
+		"reportVolumeStatus", cfg.ReportVolumeStatus, "resyncPeriod", cfg.ResyncPeriod.String(), "workers", cfg.Workers,
+		"kernelStatmount", found(f.Statmount), "kernelOpenat2", found(f.Openat2), "kernelMountEvents", found(f.MountEvents))
+}
+
+// found is a kernel feature in the start line: "yes", or why not.
+func found(err error) string {
+	if err != nil {
+		return "no: " + err.Error()
+	}
+	return "yes"
 }
 
 // agentGCPercent is the agent's GOGC unless the environment sets one. Its

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,15 +117,19 @@ func TestStartLine(t *testing.T) {
 	cfg := agent.DefaultConfig()
 	cfg.Logger, cfg.NodeName = logger, "node-a"
 	nc := node.DefaultConfig()
-	logStart(cfg, nc)
+	logStart(cfg, nc, node.Features{MountEvents: errors.ErrUnsupported})
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 		t.Fatalf("start line %q: %v", buf.String(), err)
 	}
-	for _, key := range []string{"version", "revision", "node", "kubeletRoot", "cgroupMode", "kubevirtStateDir", "mountEvents", "resyncPeriod"} {
+	for _, key := range []string{"version", "revision", "node", "kubeletRoot", "cgroupMode", "kubevirtStateDir", "mountEvents", "resyncPeriod",
+		"kernelStatmount", "kernelOpenat2", "kernelMountEvents"} {
 		if _, ok := line[key]; !ok {
 			t.Errorf("start line lacks %q: %s", key, buf.String())
 		}
+	}
+	if line["kernelStatmount"] != "yes" || line["kernelMountEvents"] != "no: "+errors.ErrUnsupported.Error() {
+		t.Errorf("kernel features in the start line: %s", buf.String())
 	}
 	if line["msg"] != "hpmount agent starting" || line["node"] != "node-a" {
 		t.Errorf("start line %s", buf.String())
