@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -21,51 +22,88 @@ import (
 	"github.com/hpmount/hpmount/kubevirt"
 )
 
-// KubeFlags are kubectl's connection flags. The kubeconfig is found as
-// kubectl finds it: --kubeconfig, else $KUBECONFIG (a path list, merged
-// first-wins), else ~/.kube/config, else the in-cluster configuration of a
-// pod's ServiceAccount.
+// KubeFlags are kubectl's connection flags, cli-runtime's ConfigFlags:
+// --kubeconfig, --context, --cluster, --user, --server, --token, --as,
+// --as-group, --request-timeout, --insecure-skip-tls-verify and the rest,
+// read as kubectl reads them. The kubeconfig is found as kubectl finds it:
+// --kubeconfig, else $KUBECONFIG (a path list, merged first-wins), else
+// ~/.kube/config, else the in-cluster configuration of a pod's
+// ServiceAccount. Kubeconfig, Context and Namespace hold their flags.
 type KubeFlags struct {
 	Kubeconfig string
 	Context    string
 	// Namespace is -n; empty leaves the choice to the caller (see
 	// ContextNamespace).
 	Namespace string
+	flags     *genericclioptions.ConfigFlags
 }
 
-// Bind adds --kubeconfig and --context, and -n/--namespace when
+// config is the ConfigFlags on k's fields, made once. It builds a new
+// loader at each use (no persistent config), so a field set after it was
+// made is read.
+func (k *KubeFlags) config() *genericclioptions.ConfigFlags {
+	if k.flags == nil {
+		f := genericclioptions.NewConfigFlags(false)
+		f.KubeConfig, f.Context, f.Namespace = &k.Kubeconfig, &k.Context, &k.Namespace
+		// No discovery is made: its cache directory is no flag here.
+		f.CacheDir = nil
+		k.flags = f
+	}
+	return k.flags
+}
+
+// Bind adds kubectl's connection flags, with -n/--namespace only when
 // namespaceHelp is not empty.
 func (k *KubeFlags) Bind(f *pflag.FlagSet, namespaceHelp string) {
-	f.StringVar(&k.Kubeconfig, "kubeconfig", k.Kubeconfig, "kubeconfig file; default $KUBECONFIG (a list of paths, merged), then ~/.kube/config, then the pod's in-cluster configuration")
-	f.StringVar(&k.Context, "context", k.Context, "kubeconfig context to use; default its current-context")
+	c := k.config()
+	if namespaceHelp == "" {
+		c.Namespace = nil
+	}
+	c.AddFlags(f)
+	f.Lookup("kubeconfig").Usage = "kubeconfig file; default $KUBECONFIG (a list of paths, merged), then ~/.kube/config, then the pod's in-cluster configuration"
 	if namespaceHelp != "" {
-		f.StringVarP(&k.Namespace, "namespace", "n", k.Namespace, namespaceHelp)
+		f.Lookup("namespace").Usage = namespaceHelp
 	}
 }
 
-// ClientConfig is client-go's deferred, non-interactive loader with these
-// flags as overrides: what kubectl builds.
+// ClientConfig is cli-runtime's deferred, non-interactive loader with
+// these flags as overrides: what kubectl builds.
 func (k *KubeFlags) ClientConfig() clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.Context}
-	overrides.Context.Namespace = k.Namespace
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	return k.config().ToRawKubeConfigLoader()
 }
 
-// RESTConfig loads the client configuration. Where none was found, the
-// error names the files looked for: client-go's own says only to set
-// KUBERNETES_MASTER.
+// RESTConfig loads the client configuration. Where no kubeconfig file was
+// found, no --server given and no pod's configuration is there, the error
+// names the files looked for: kubectl would try localhost:8080, and
+// client-go's own error says only to set KUBERNETES_MASTER.
 func (k *KubeFlags) RESTConfig() (*rest.Config, error) {
 	cc := k.ClientConfig()
-	rc, err := cc.ClientConfig()
-	if clientcmd.IsEmptyConfig(err) {
+	raw, err := cc.RawConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	if len(raw.Clusters) == 0 && k.server() == "" && !inCluster() {
 		return nil, fmt.Errorf("kubeconfig: none found in %s, and not running in a pod", strings.Join(k.lookedIn(), ", "))
 	}
+	rc, err := cc.ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	return rc, nil
+}
+
+// server is --server, if given.
+func (k *KubeFlags) server() string {
+	if s := k.config().APIServer; s != nil {
+		return *s
+	}
+	return ""
+}
+
+// inCluster reports whether a pod's ServiceAccount configuration is there.
+func inCluster() bool {
+	_, err := rest.InClusterConfig()
+	return err == nil
 }
 
 // lookedIn are the kubeconfig files the loading rules tried, quoted.

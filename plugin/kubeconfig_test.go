@@ -259,3 +259,43 @@ func TestCompletion(t *testing.T) {
 		}
 	}
 }
+
+// TestKubectlFlags: Bind adds kubectl's connection flags (cli-runtime's
+// ConfigFlags), and what they say reaches the client configuration;
+// -n/--namespace only where the command has a namespace to choose.
+func TestKubectlFlags(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBECONFIG", filepath.Join(dir, "none"))
+	var k plugin.KubeFlags
+	cmd := &cobra.Command{Use: "x"}
+	k.Bind(cmd.Flags(), "the VMIs' namespace")
+	for _, name := range []string{"kubeconfig", "context", "cluster", "user", "server", "token", "as", "as-group",
+		"request-timeout", "insecure-skip-tls-verify", "certificate-authority", "namespace"} {
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("no --%s", name)
+		}
+	}
+	if err := cmd.Flags().Parse([]string{"--server=https://10.0.0.1:6443", "--token=abc", "--as=alice",
+		"--request-timeout=7s", "--insecure-skip-tls-verify", "-n", "vms"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := k.RESTConfig()
+	if err != nil {
+		t.Fatalf("with --server and no kubeconfig: %v", err)
+	}
+	if cfg.Host != "https://10.0.0.1:6443" || cfg.BearerToken != "abc" || cfg.Impersonate.UserName != "alice" ||
+		cfg.Timeout != 7*time.Second || !cfg.Insecure {
+		t.Errorf("config %+v from the flags", cfg)
+	}
+	if ns, err := k.ContextNamespace("default"); err != nil || ns != "vms" {
+		t.Errorf("namespace %q, %v; want vms", ns, err)
+	}
+
+	var agent plugin.KubeFlags
+	noNS := &cobra.Command{Use: "agent"}
+	agent.Bind(noNS.Flags(), "")
+	if noNS.Flags().Lookup("namespace") != nil || noNS.Flags().Lookup("kubeconfig") == nil {
+		t.Error("without a namespace to choose, -n is bound (or --kubeconfig is not)")
+	}
+}
