@@ -125,7 +125,7 @@ func (d *decision) place(w world, p kubevirt.Placement) {
 	if len(d.Clean) == 0 {
 		// No launcher to attach to and nothing to clean.
 		for _, v := range p.Volumes {
-			d.Pending = append(d.Pending, volumeState{Name: v.Name, Mode: string(v.Mode), State: StatePending})
+			d.Pending = append(d.Pending, volumeState{Name: v.Name, Mode: string(v.Mode), State: StatePending, Claim: v.Claim})
 		}
 	}
 }

@@ -19,6 +19,10 @@ type Observer interface {
 	// VolumeState is the current state of one hotplug volume: one of the
 	// State* constants.
 	VolumeState(namespace, vmi, volume, mode, state string)
+	// VolumeClaim is the PersistentVolumeClaim of one hotplug volume, to
+	// join its series with the kubelet's and kube-state-metrics' volume
+	// series; reported before VolumeState when the volume names one.
+	VolumeClaim(namespace, vmi, volume, claim string)
 	// VolumeStaleOpen is whether the launcher's QEMU holds a device or
 	// file that is no longer the volume's (ObservedVolume.StaleOpen); it
 	// is reported with every state but StateUnmounted.
@@ -127,6 +131,7 @@ func (NopObserver) OpAttempt(string, string, time.Duration)            {}
 func (NopObserver) Reconciled(time.Duration)                           {}
 func (NopObserver) SnapshotTaken(int, int, time.Duration)              {}
 func (NopObserver) VolumeState(string, string, string, string, string) {}
+func (NopObserver) VolumeClaim(string, string, string, string)         {}
 func (NopObserver) VolumeStaleOpen(string, string, string, bool)       {}
 func (NopObserver) VolumeSizes(string, string, string, GrowResult)     {}
 func (NopObserver) Expansion(string)                                   {}

@@ -38,7 +38,7 @@ func (a *Agent) report(r passReport) error {
 		a.reportAttach(t)
 	}
 	for _, v := range r.Pending {
-		a.obs.VolumeState(r.Namespace, r.Name, v.Name, v.Mode, v.State)
+		a.reportState(r.Namespace, r.Name, v)
 	}
 	writeLogs(log, r.Closing)
 	a.remember(r)
@@ -128,7 +128,7 @@ func (a *Agent) reportPart(st *vmiState, ref *corev1.ObjectReference, log *slog.
 			a.obs.VolumeSizes(ref.Namespace, ref.Name, name, r)
 		}
 		for _, v := range s.Volumes {
-			a.obs.VolumeState(ref.Namespace, ref.Name, v.Name, v.Mode, v.State)
+			a.reportState(ref.Namespace, ref.Name, v)
 			if v.State != StateUnmounted {
 				a.obs.VolumeStaleOpen(ref.Namespace, ref.Name, v.Name, v.StaleOpen)
 			}
@@ -200,4 +200,12 @@ func (a *Agent) emit(st *vmiState, ref *corev1.ObjectReference, log *slog.Logger
 	if ref != nil {
 		a.recorder.Event(ref, e.Type, e.Reason, e.Message)
 	}
+}
+
+// reportState reports one volume's state, with its claim when known.
+func (a *Agent) reportState(namespace, vmi string, v volumeState) {
+	if v.Claim != "" {
+		a.obs.VolumeClaim(namespace, vmi, v.Name, v.Claim)
+	}
+	a.obs.VolumeState(namespace, vmi, v.Name, v.Mode, v.State)
 }

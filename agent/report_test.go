@@ -7,9 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -212,5 +215,40 @@ func TestReportObserves(t *testing.T) {
 	}
 	if obs.passes != 1 {
 		t.Fatalf("a report without a start observed a reconcile: %d", obs.passes)
+	}
+}
+
+// claims records the claims reported of each volume, by name.
+type claims struct {
+	NopObserver
+	mu  sync.Mutex
+	got map[string]string
+}
+
+func (c *claims) VolumeClaim(_, _, volume, claim string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.got[volume] = claim
+}
+
+// TestReportsVolumeClaims: a pass reports each volume's claim, the
+// persistentvolumeclaim label of its series, pending volumes' too.
+func TestReportsVolumeClaims(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		attach types.UID
+	}{
+		{"mounted", attachUID},
+		{"pending, no attachment pod yet", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			obs := &claims{got: map[string]string{}}
+			ta := standardAgent(t, func(c *Config) { c.Observer = obs })
+			ta.setVMI(t, vmiObject(vol{Name: "hp", Claim: "c1", AttachUID: tt.attach}, vol{Name: "blk", Claim: "c2", AttachUID: tt.attach, Mode: "Block"}))
+			ta.mustReconcile(t)
+			if want := map[string]string{"hp": "c1", "blk": "c2"}; !maps.Equal(obs.got, want) {
+				t.Errorf("claims reported %v, want %v", obs.got, want)
+			}
+		})
 	}
 }

@@ -84,6 +84,8 @@ type summary struct {
 
 type volumeState struct {
 	Name, Mode, State string
+	// Claim is the volume's PersistentVolumeClaim, "" if unknown.
+	Claim string
 	// StaleOpen: QEMU holds a device or file that is no longer the
 	// volume's (ObservedVolume.StaleOpen).
 	StaleOpen bool

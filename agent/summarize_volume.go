@@ -90,28 +90,28 @@ func (s *summary) volume(in summaryInput, it *volumeIntent, r *applied) {
 	switch {
 	case refusal != nil:
 		s.Events = append(s.Events, refusalEvent(name, refusal))
-		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateRefused})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, Claim: it.Claim, State: StateRefused})
 		return
 	case mounted && r == nil && o.Unchecked != nil:
 		// The bind is in place, but whether the launcher sees it or QEMU
 		// holds it stale hung on its storage: neither MountedToPod nor a
 		// remount, and only this volume is held back.
 		s.warn(name, EventHotplugStuck, fmt.Sprintf("Volume %s: checking it on the node did not finish within its deadline and was abandoned; its mount stays, whether the launcher sees it is unknown: %v", name, o.Unchecked))
-		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateFailed})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, Claim: it.Claim, State: StateFailed})
 	case mounted && notSeen != "":
 		// QEMU would not find the volume: no MountedToPod, no latency.
 		s.warn(name, EventNotPropagated, fmt.Sprintf("Volume %s is mounted on the node but virt-launcher pod does not see it: %s", name, notSeen))
-		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateNotPropagated})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, Claim: it.Claim, State: StateNotPropagated})
 	case mounted:
 		s.Cleared = append(s.Cleared, onceKey(name, EventNotPropagated))
 		if in.ReportVolumeStatus && it.Status != nil && it.Status.Phase != kubevirt.PhaseMountedToPod && it.Status.Phase != kubevirt.PhaseReady {
 			s.Status[name] = statusUpdate{kubevirt.PhaseMountedToPod, kubevirt.ReasonMountedToPod, fmt.Sprintf("Volume %s has been mounted in virt-launcher pod", name)}
 		}
-		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateMounted})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, Claim: it.Claim, State: StateMounted})
 	case r != nil:
-		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StateFailed})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, Claim: it.Claim, State: StateFailed})
 	default:
-		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, State: StatePending})
+		s.Volumes = append(s.Volumes, volumeState{Name: name, Mode: mode, Claim: it.Claim, State: StatePending})
 	}
 	s.Cleared = append(s.Cleared, onceKey(name, EventHotplugRefused))
 }

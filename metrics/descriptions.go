@@ -61,22 +61,22 @@ var (
 	}
 	descDeviceSize = Description{
 		Name: "hpmount_volume_device_size_bytes", Type: TypeGauge,
-		Labels: []string{"namespace", "vmi", "volume"},
+		Labels: []string{"namespace", "persistentvolumeclaim", "vmi", "volume"},
 		Help:   "Size in bytes of the hotplug volume's block device, as found by the last growth check of the volume.",
 	}
 	descFilesystemSize = Description{
 		Name: "hpmount_volume_filesystem_size_bytes", Type: TypeGauge,
-		Labels: []string{"namespace", "vmi", "volume"},
+		Labels: []string{"namespace", "persistentvolumeclaim", "vmi", "volume"},
 		Help:   "Size in bytes of the filesystem holding the volume's disk.img, after the last growth check of the volume.",
 	}
 	descDiskImageSize = Description{
 		Name: "hpmount_volume_disk_image_size_bytes", Type: TypeGauge,
-		Labels: []string{"namespace", "vmi", "volume"},
+		Labels: []string{"namespace", "persistentvolumeclaim", "vmi", "volume"},
 		Help:   "Size in bytes of the volume's disk.img, after the last growth check of the volume.",
 	}
 	descStaleOpen = Description{
 		Name: "hpmount_volume_stale_open", Type: TypeGauge,
-		Labels: []string{"namespace", "vmi", "volume"},
+		Labels: []string{"namespace", "persistentvolumeclaim", "vmi", "volume"},
 		Help:   "1 while the launcher's QEMU holds, under the volume's name, a device or file that is no longer the volume's (a storage re-attach published it anew after QEMU opened it; hpmount diag says stale-open), else 0; only an unplug and plug or a VM restart clears it.",
 	}
 	descExpansions = Description{

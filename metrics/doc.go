@@ -37,10 +37,10 @@
 //	hpmount_mountinfo_scan_duration_seconds                       histogram  wall time of one read and parse of the host mount table (kernels without statmount)
 //	hpmount_mountinfo_entries                                     gauge      mounts in the host mount table at the last whole-table scan
 //	hpmount_mountinfo_unparsed_lines                              gauge      lines of the host mount table at the last scan that could not be parsed and were left out
-//	hpmount_volume_device_size_bytes{namespace,vmi,volume}        gauge      size of the volume's block device at the last growth check
-//	hpmount_volume_filesystem_size_bytes{namespace,vmi,volume}    gauge      size of the volume's filesystem at the last growth check
-//	hpmount_volume_disk_image_size_bytes{namespace,vmi,volume}    gauge      size of the volume's disk.img at the last growth check
-//	hpmount_volume_stale_open{namespace,vmi,volume}               gauge      1 while the launcher's QEMU holds a device or file that is no longer the volume's (diag: stale-open), else 0
+//	hpmount_volume_device_size_bytes{namespace,persistentvolumeclaim,vmi,volume} gauge      size of the volume's block device at the last growth check
+//	hpmount_volume_filesystem_size_bytes{namespace,persistentvolumeclaim,vmi,volume} gauge      size of the volume's filesystem at the last growth check
+//	hpmount_volume_disk_image_size_bytes{namespace,persistentvolumeclaim,vmi,volume} gauge      size of the volume's disk.img at the last growth check
+//	hpmount_volume_stale_open{namespace,persistentvolumeclaim,vmi,volume} gauge      1 while the launcher's QEMU holds a device or file that is no longer the volume's (diag: stale-open), else 0
 //	hpmount_filesystem_expansions_total{result}                   counter    growth checks by outcome (grown, unchanged, failed, shrink-ignored)
 //	hpmount_refusals_total{reason}                                counter    volumes or launchers refused as unsafe or not belonging to their VMI, by reason
 //	hpmount_attach_latency_seconds{mode}                          histogram  from the VMI change that made a volume desired to the volume usable in the launcher, 50ms..10min buckets

@@ -267,6 +267,14 @@ func (m *Metrics) VolumeState(namespace, vmi, volume, mode, state string) {
 	}
 }
 
+// VolumeClaim records the PersistentVolumeClaim of one volume: the
+// persistentvolumeclaim label of its size and stale-open series.
+func (m *Metrics) VolumeClaim(namespace, vmi, volume, claim string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.volumeOf(namespace, vmi, volume).claim = claim
+}
+
 // VolumeStaleOpen sets hpmount_volume_stale_open of one volume to 1 or 0.
 func (m *Metrics) VolumeStaleOpen(namespace, vmi, volume string, stale bool) {
 	m.mu.Lock()

@@ -365,6 +365,7 @@ func exerciseAll(m *Metrics) {
 	m.OpAttempt("attach", "mounted", time.Millisecond)
 	m.Reconciled(time.Millisecond)
 	m.SnapshotTaken(10, 1, time.Millisecond)
+	m.VolumeClaim("ns", "vm", "a", "claim-a")
 	m.VolumeState("ns", "vm", "a", "Filesystem", agent.StateMounted)
 	m.VolumeSizes("ns", "vm", "a", agent.GrowResult{DeviceBytes: 1, FilesystemAfter: 1, DiskImageAfter: 1})
 	m.VolumeStaleOpen("ns", "vm", "a", false)
@@ -614,5 +615,31 @@ func TestVolumeSeriesLabels(t *testing.T) {
 		if !slices.Equal(d.Labels, volumeLabelNames[:]) {
 			t.Errorf("%s has labels %v, want the per-volume labels %v", d.Name, d.Labels, volumeLabelNames)
 		}
+	}
+}
+
+// TestVolumeClaimLabel: a volume's series carry its claim as
+// persistentvolumeclaim, the label kubelet's and kube-state-metrics'
+// volume series have; a new claim (a volume migration) relabels them, and
+// a volume keeps one series per family.
+func TestVolumeClaimLabel(t *testing.T) {
+	m := New("dev", "none")
+	m.VolumeClaim("ns", "vm", "data", "claim-1")
+	m.VolumeState("ns", "vm", "data", "Filesystem", agent.StateMounted)
+	m.VolumeSizes("ns", "vm", "data", agent.GrowResult{DeviceBytes: 10})
+	m.VolumeSizes("ns", "vm", "other", agent.GrowResult{DeviceBytes: 20})
+	want := func(claim string) string {
+		return fmt.Sprintf(`# HELP hpmount_volume_device_size_bytes %s
+# TYPE hpmount_volume_device_size_bytes gauge
+hpmount_volume_device_size_bytes{namespace="ns",persistentvolumeclaim=%q,vmi="vm",volume="data"} 10
+hpmount_volume_device_size_bytes{namespace="ns",vmi="vm",volume="other"} 20
+`, descDeviceSize.Help, claim)
+	}
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want("claim-1")), "hpmount_volume_device_size_bytes"); err != nil {
+		t.Fatal(err)
+	}
+	m.VolumeClaim("ns", "vm", "data", "claim-2")
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want("claim-2")), "hpmount_volume_device_size_bytes"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -20,6 +20,9 @@ type volume struct {
 	// has had a VolumeState (sizes may come first).
 	counted bool
 	ms      modeState
+	// claim is the volume's PersistentVolumeClaim (VolumeClaim), "" until
+	// reported: the persistentvolumeclaim label of its series.
+	claim string
 	// sizes in bytes; 0 is unknown: no series.
 	device, filesystem, diskImage float64
 	// stale is hpmount_volume_stale_open once reported (hasStale).
@@ -63,7 +66,7 @@ func (s volumeSeries) Collect(ch chan<- prometheus.Metric) {
 			var labels []*dto.LabelPair
 			send := func(d *prometheus.Desc, value float64) {
 				if labels == nil {
-					labels = newVolumeLabels(k.namespace, k.name, name)
+					labels = newVolumeLabels(k.namespace, v.claim, k.name, name)
 				}
 				ch <- volumeMetric{desc: d, labels: labels, value: value}
 			}
@@ -84,24 +87,36 @@ func (s volumeSeries) Collect(ch chan<- prometheus.Metric) {
 }
 
 // volumeLabelNames are the labels of every per-volume series, sorted, as
-// the registry wants a metric's label pairs.
-var volumeLabelNames = [3]string{"namespace", "vmi", "volume"}
+// the registry wants a metric's label pairs. persistentvolumeclaim is the
+// label name of the kubelet's and kube-state-metrics' volume series, so a
+// query joins them on it; a volume keeps one series per family whatever
+// its claim, which only a volume migration changes.
+var volumeLabelNames = [4]string{"namespace", "persistentvolumeclaim", "vmi", "volume"}
+
+// claimLabel is persistentvolumeclaim's index in volumeLabelNames.
+const claimLabel = 1
 
 // newVolumeLabels builds the label pairs of one volume's series in one
 // allocation, shared by its series of one scrape. A scrape of 1,000
 // volumes built 4,000 label sets through prometheus.NewConstMetric, a
-// quarter of what it allocated (BenchmarkScrape1000Volumes).
-func newVolumeLabels(namespace, vmi, volume string) []*dto.LabelPair {
+// quarter of what it allocated (BenchmarkScrape1000Volumes). A volume
+// whose claim is not known has no persistentvolumeclaim pair, as
+// Prometheus reads an empty label.
+func newVolumeLabels(namespace, claim, vmi, volume string) []*dto.LabelPair {
 	l := &struct {
-		values [3]string
-		pairs  [3]dto.LabelPair
-		ptrs   [3]*dto.LabelPair
-	}{values: [3]string{namespace, vmi, volume}}
+		values [4]string
+		pairs  [4]dto.LabelPair
+		ptrs   [4]*dto.LabelPair
+	}{values: [4]string{namespace, claim, vmi, volume}}
+	out := l.ptrs[:0]
 	for i := range l.pairs {
+		if i == claimLabel && claim == "" {
+			continue
+		}
 		l.pairs[i].Name, l.pairs[i].Value = &volumeLabelNames[i], &l.values[i]
-		l.ptrs[i] = &l.pairs[i]
+		out = append(out, &l.pairs[i])
 	}
-	return l.ptrs[:]
+	return out
 }
 
 // volumeMetric is one per-volume gauge of one scrape. The registry treats
