@@ -23,9 +23,9 @@ import (
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
-	"github.com/hpmount/hpmount/mountwatch"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mountinfo"
+	"github.com/hpmount/hpmount/mountwatch"
 	"github.com/hpmount/hpmount/outcome"
 	"github.com/hpmount/hpmount/podcgroup"
 )
