@@ -107,7 +107,8 @@ func (d *demo) diagSays(volume, verdict string) error {
 // staleOpenGauge waits for the agent's hpmount_volume_stale_open of volume
 // to be value, and shows it.
 func (d *demo) staleOpenGauge(volume, value string) error {
-	series := fmt.Sprintf(`hpmount_volume_stale_open{namespace=%q,vmi=%q,volume=%q}`, vmNamespace, vmName, volume)
+	series := fmt.Sprintf(`hpmount_volume_stale_open{namespace=%q,persistentvolumeclaim=%q,vmi=%q,volume=%q}`,
+		vmNamespace, vmName+"-"+volume, vmName, volume)
 	if err := d.eventually(series+" "+value, waitTimeout, func() error {
 		text, err := d.agent.Scrape()
 		if err != nil {

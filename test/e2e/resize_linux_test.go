@@ -180,8 +180,8 @@ func TestResizeAfterReplacement(t *testing.T) {
 				return err
 			}
 			for _, want := range []string{
-				`hpmount_volume_device_size_bytes{namespace="tenant-c",vmi="grow",volume="xfsvol"} 5.0331648e+08`,
-				`hpmount_volume_device_size_bytes{namespace="tenant-c",vmi="grow",volume="blkvol"} 1.00663296e+08`,
+				`hpmount_volume_device_size_bytes{namespace="tenant-c",persistentvolumeclaim="grow-xfsvol",vmi="grow",volume="xfsvol"} 5.0331648e+08`,
+				`hpmount_volume_device_size_bytes{namespace="tenant-c",persistentvolumeclaim="grow-blkvol",vmi="grow",volume="blkvol"} 1.00663296e+08`,
 				`hpmount_filesystem_expansions_total{result="grown"} `,
 				`hpmount_filesystem_expansions_total{result="failed"} `,
 			} {
