@@ -51,22 +51,27 @@ func (m *Metrics) RegisterClientMetrics() {
 	clientMetrics.Store(m)
 	registerClient.Do(func() {
 		clientmetrics.Register(clientmetrics.RegisterOpts{
-			RequestLatency:     restLatency{func(f restFamilies) *prometheus.HistogramVec { return f.latency }},
-			RateLimiterLatency: restLatency{func(f restFamilies) *prometheus.HistogramVec { return f.rateLimiter }},
+			RequestLatency:     restLatency{},
+			RateLimiterLatency: restLatency{rateLimiter: true},
 			RequestResult:      restResult{},
 		})
 	})
 }
 
-// restLatency observes one of the latency families, by host and verb.
-type restLatency struct {
-	family func(restFamilies) *prometheus.HistogramVec
-}
+// restLatency observes a request's latency, or with rateLimiter its wait
+// for client-go's rate limiter, by host and verb.
+type restLatency struct{ rateLimiter bool }
 
 func (l restLatency) Observe(_ context.Context, verb string, u url.URL, latency time.Duration) {
-	if m := clientMetrics.Load(); m != nil {
-		l.family(m.rest).WithLabelValues(u.Host, verb).Observe(latency.Seconds())
+	m := clientMetrics.Load()
+	if m == nil {
+		return
 	}
+	h := m.rest.latency
+	if l.rateLimiter {
+		h = m.rest.rateLimiter
+	}
+	h.WithLabelValues(u.Host, verb).Observe(latency.Seconds())
 }
 
 // restResult counts requests by status code, method and host.

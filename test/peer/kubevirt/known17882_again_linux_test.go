@@ -118,14 +118,11 @@ func (n *coNode) migrationAgain(second, attach types.UID, done bool) *v1.Virtual
 		}
 		return vmi
 	}
-	vmi.Status.ActivePods = map[types.UID]string{"source-launcher": "node-src", second: nodeName}
 	vmi.Status.NodeName = "node-src"
 	for i := range vmi.Status.VolumeStatus {
 		vmi.Status.VolumeStatus[i].HotplugVolume.AttachPodUID = "source-attach"
 	}
-	vmi.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{MigrationUID: "mig2-" + types.UID(n.prefix),
-		SourceNode: "node-src", SourcePod: "launcher-src", TargetNode: nodeName, TargetPod: "launcher-" + string(second),
-		TargetAttachmentPodUID: attach}
+	migrateTo(vmi, "mig2-"+types.UID(n.prefix), second, attach)
 	return vmi
 }
 
