@@ -14,6 +14,7 @@ const (
 	EventLauncherChosen         = "LauncherChosen"
 	EventMigrationTargetReady   = "MigrationTargetReady"
 	EventMigrationTargetCleaned = "MigrationTargetCleaned"
+	EventMigrationTargetLeft    = "MigrationTargetLeft"
 	EventMigrationSourceCleaned = "MigrationSourceCleaned"
 )
 
@@ -35,6 +36,7 @@ type migrationState struct {
 	kubevirt.Migration
 	// handoff is when this agent first saw the handoff to this node.
 	handoff time.Time
-	// ready and cleaned: the migration's Event was sent.
+	// ready and cleaned: the migration's Event was sent (cleaned:
+	// MigrationTargetCleaned or MigrationTargetLeft).
 	ready, cleaned bool
 }

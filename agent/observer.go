@@ -86,13 +86,17 @@ const (
 	// MigrationTargetCleaned: the target launcher of a failed or aborted
 	// migration holds nothing of the VMI any more.
 	MigrationTargetCleaned = "target-cleaned"
+	// MigrationTargetLeft: all that the target launcher of a failed or
+	// aborted migration still holds is virt-handler's to remove: its
+	// record names the binds its cleanup left there (kubevirt#17882).
+	MigrationTargetLeft = "target-left"
 	// MigrationSourceCleaned: after the VMI left for its target, the
 	// source launcher is gone and holds nothing any more.
 	MigrationSourceCleaned = "source-cleaned"
 )
 
 // MigrationEvents lists every migration event.
-var MigrationEvents = []string{MigrationHandoff, MigrationTargetReady, MigrationTargetCleaned, MigrationSourceCleaned}
+var MigrationEvents = []string{MigrationHandoff, MigrationTargetReady, MigrationTargetCleaned, MigrationTargetLeft, MigrationSourceCleaned}
 
 // Attach phases reported to Observer.AttachPhase, in order. Each ends at
 // the moment its name says and starts where the one before it ended; the

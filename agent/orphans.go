@@ -74,26 +74,66 @@ func (a *Agent) sweepOrphans(ctx context.Context) error {
 	st := newVMIState()
 	var errs []error
 	for _, uid := range launchers {
-		if pod, ok := a.PodByUID(uid); ok && !sweepable(pod) {
+		pod, ok := a.PodByUID(uid)
+		if ok && !sweepable(pod) {
 			continue
 		}
 		log := a.log.With("launcher", string(uid), "orphan", true)
-		errs = append(errs, a.sweepLauncher(ctx, snap, st, log, uid))
+		errs = append(errs, a.sweepLauncher(ctx, snap, st, log, uid, pod))
 	}
 	return errors.Join(errs...)
 }
 
 // sweepLauncher empties one orphan's hotplug-disks: the plan of a launcher
-// that wants nothing, summarized and reported like a reconcile's.
-func (a *Agent) sweepLauncher(ctx context.Context, snap Snapshot, st *vmiState, log *slog.Logger, launcher types.UID) error {
+// that wants nothing, summarized and reported like a reconcile's. pod is
+// the launcher's pod while the cache has it (terminated), else nil.
+func (a *Agent) sweepLauncher(ctx context.Context, snap Snapshot, st *vmiState, log *slog.Logger, launcher types.UID, pod *corev1.Pod) error {
 	observed, err := a.engine.Observe(ctx, snap, launcher)
 	if err != nil {
 		return fmt.Errorf("observe gone launcher %s: %w", launcher, err)
 	}
-	done := a.apply(ctx, "", snap, launcher, buildPlan(planInput{Observed: observed}))
+	in := planInput{Observed: observed}
+	if pod != nil && len(observed) > 0 {
+		if in.LeftToHandler, err = a.sweepLeaves(ctx, pod); err != nil {
+			return err
+		}
+	}
+	done := a.apply(ctx, "", snap, launcher, buildPlan(in))
 	s := summarize(summaryInput{Observed: observed, Applied: done})
 	a.reportPart(st, nil, log, s)
 	return errors.Join(s.Errs...)
+}
+
+// sweepLeaves is the record rule (leftToHandler) for a terminated launcher
+// pod: what virt-handler's record of the pod's VMI names there is virt-
+// handler's to remove while that VMI exists. A failed migration's target
+// is such a launcher (kubevirt#17882): its Unmount removes those binds
+// should the VMI migrate to this node again, and fails at every sync if
+// they are gone. Once the VMI is gone from the API server, virt-handler's
+// cleanup has run, and its UnmountAll passes over a target that is gone:
+// what is left then is a leak the sweep removes, as it is where no record
+// names the launcher.
+func (a *Agent) sweepLeaves(ctx context.Context, pod *corev1.Pod) (func(string) bool, error) {
+	name, vmi, ok := kubevirt.LauncherVMI(pod)
+	if !ok {
+		return nil, nil
+	}
+	rec, err := a.engine.HandlerRecord(ctx, vmi)
+	if err != nil {
+		return nil, fmt.Errorf("read virt-handler's record of vmi %s for launcher %s: %w", vmi, pod.UID, err)
+	}
+	if rec.Stuck != "" || !rec.Names(pod.UID) {
+		return nil, nil
+	}
+	gone, err := a.confirmGone(ctx, pod.Namespace+"/"+name, vmi)
+	a.reportGoneCheck(gone)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("launcher %s: %w", pod.UID, err)
+	case gone == GoneConfirmed || gone == GoneReplaced:
+		return nil, nil
+	}
+	return func(volume string) bool { return rec.Leaves(pod.UID, volume) }, nil
 }
 
 // sweepable reports whether the sweep may detach what the hotplug-disks

@@ -92,14 +92,17 @@ func planPass(d decision, o observation) []launcherPlan {
 }
 
 // leftToHandler is the rule for launcher's detaches: what virt-handler's
-// record names is its to remove (HandlerRecord.Leaves), except in the
-// abandoned target of a failed migration, whose binds virt-handler's
-// cleanup leaves behind (kubevirt#17882), and in a launcher whose pod is
-// gone, whose directory the kubelet can remove only once it is empty
-// (virt-handler's cleanup passes over a recorded target that is gone).
-// What is left in a launcher that terminates, the orphan sweep removes.
+// record names is its to remove (HandlerRecord.Leaves), except in a
+// launcher whose pod is gone, whose directory the kubelet can remove only
+// once it is empty (virt-handler's cleanup passes over a recorded target
+// that is gone). The abandoned target of a failed migration is no
+// exception: virt-handler's cleanup leaves its binds there
+// (kubevirt#17882), but its record keeps them and its Unmount removes them
+// should the VMI migrate to this node again; removed first, they would
+// make that Unmount fail at every sync (TestVirtHandlerMigrationAgain).
+// The orphan sweep applies the same rule (Agent.sweepLauncher).
 func leftToHandler(d decision, o observation, launcher types.UID) func(string) bool {
-	if slices.Contains(d.Abandoned, launcher) || slices.Contains(d.PodGone, launcher) {
+	if slices.Contains(d.PodGone, launcher) {
 		return nil
 	}
 	return func(name string) bool { return o.Handler.Leaves(launcher, name) }

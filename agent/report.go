@@ -26,7 +26,7 @@ func (a *Agent) report(r passReport) error {
 	writeLogs(log, r.Logs)
 	a.reportSnapshot(r.Read)
 	if r.GoneCheck != "" {
-		a.obs.GoneCheck(r.GoneCheck)
+		a.reportGoneCheck(r.GoneCheck)
 	}
 	for _, m := range r.Migrations {
 		a.obs.Migration(m.Event, m.Took)
@@ -208,4 +208,10 @@ func (a *Agent) reportState(namespace, vmi string, v volumeState) {
 		a.obs.VolumeClaim(namespace, vmi, v.Name, v.Claim)
 	}
 	a.obs.VolumeState(namespace, vmi, v.Name, v.Mode, v.State)
+}
+
+// reportGoneCheck observes one live read confirming a VMI gone, of a
+// reconcile or of the orphan sweep.
+func (a *Agent) reportGoneCheck(result string) {
+	a.obs.GoneCheck(result)
 }

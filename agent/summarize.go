@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -194,7 +195,7 @@ func summarizePass(d decision, o observation, done passApplied) passReport {
 		r.Errs = append(r.Errs, o.HandlerErr)
 	}
 	r.Errs = append(r.Errs, r.cleaned(d, o, done)...)
-	r.targetCleaned(d, o)
+	r.targetCleaned(d, done)
 	if d.Launcher != nil {
 		r.served(d, o, done)
 	}
@@ -262,31 +263,57 @@ func (r *passReport) cleaned(d decision, o observation, done passApplied) []erro
 	return errs
 }
 
-// targetCleaned sends MigrationTargetCleaned once per migration, after
-// the abandoned target launchers were cleaned without error. Where
-// virt-handler's record names targets there, it says what that record
-// will do should the VMI come back (TestKnown17882MigrationAgain).
-func (r *passReport) targetCleaned(d decision, o observation) {
+// targetCleaned sends one Event per migration about its abandoned target
+// launchers: MigrationTargetCleaned once they hold nothing of the VMI's
+// without an error, or MigrationTargetLeft once all they hold is virt-
+// handler's to remove, where its record names its own binds that its
+// cleanup left there (kubevirt#17882).
+func (r *passReport) targetCleaned(d decision, done passApplied) {
 	m := &r.State.migration
 	if m.cleaned || len(d.Abandoned) == 0 {
 		return
 	}
+	var left []string
 	for _, uid := range d.Abandoned {
-		if r.State.launchers[uid] {
+		if !r.State.launchers[uid] {
+			continue
+		}
+		names := leftToHandlerIn(done.Done[uid])
+		if len(names) == 0 {
 			return // not clean yet
 		}
+		left = append(left, names...)
 	}
 	m.cleaned = true
-	r.Migrations = append(r.Migrations, migrationStep{Event: MigrationTargetCleaned})
-	msg := fmt.Sprintf("Migration %s %s: its target virt-launcher pod on node %s holds nothing of the VMI's hotplug volumes",
-		m.UID, m.Phase, m.TargetNode)
-	if slices.ContainsFunc(d.Abandoned, o.Handler.Names) {
-		msg += "; virt-handler's record on that node still names targets in that pod (kubevirt#17882), so should the VMI migrate there again, " +
-			"virt-handler's Unmount fails at them on every sync until the VMI leaves the node, as it does for block volumes without hpmount"
-	}
 	var s summary
-	s.normal("", EventMigrationTargetCleaned, msg)
+	if left == nil {
+		r.Migrations = append(r.Migrations, migrationStep{Event: MigrationTargetCleaned})
+		s.normal("", EventMigrationTargetCleaned, fmt.Sprintf("Migration %s %s: its target virt-launcher pod on node %s holds nothing of the VMI's hotplug volumes",
+			m.UID, m.Phase, m.TargetNode))
+	} else {
+		r.Migrations = append(r.Migrations, migrationStep{Event: MigrationTargetLeft})
+		s.warn("", EventMigrationTargetLeft, fmt.Sprintf("Migration %s %s: its target virt-launcher pod on node %s still holds hotplug volumes %s, which virt-handler bound and records; "+
+			"its cleanup left them there (kubevirt#17882), and hpmount leaves them to virt-handler, which removes them should the VMI migrate to that node again. "+
+			"Until then a Filesystem volume keeps that pod from finishing its deletion",
+			m.UID, m.Phase, m.TargetNode, strings.Join(left, ", ")))
+	}
 	r.Parts = append(r.Parts, s)
+}
+
+// leftToHandlerIn names the detaches of a launcher that were left to
+// virt-handler, nil if any other detach did not remove its volume.
+func leftToHandlerIn(done []applied) []string {
+	var left []string
+	for _, a := range done {
+		switch a.Result {
+		case outcome.LeftToHandler:
+			left = append(left, a.Op.Name)
+		case outcome.Removed:
+		default:
+			return nil
+		}
+	}
+	return left
 }
 
 // served summarizes the pass of the served launcher.

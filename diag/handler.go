@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -32,9 +31,10 @@ func (h handlerRecords) leaves(launcher types.UID, name string) bool {
 }
 
 // readHandlerRecords reads the record of each VMI and keeps it for the
-// launchers the agent applies it to: those whose pod is listed and that
-// no failed migration abandons (the agent's plan, leftToHandler). A
-// record that cannot be read is a warning; its targets stay orphans.
+// launchers the agent applies it to: those whose pod is listed (the
+// agent's plan, leftToHandler), the abandoned target of a failed
+// migration too. A record that cannot be read is a warning; its targets
+// stay orphans.
 func (in *inspector) readHandlerRecords(cl *apiView, vmis []*kubevirt.VMI, warn func(string)) handlerRecords {
 	out := handlerRecords{}
 	if in.opts.HandlerStateDir == "" {
@@ -49,16 +49,8 @@ func (in *inspector) readHandlerRecords(cl *apiView, vmis []*kubevirt.VMI, warn 
 		if rec.Stuck != "" {
 			warn(stuckRecord(vmi, rec.Stuck))
 		}
-		if len(rec.Volumes) == 0 {
-			continue // no record, or one naming no hotplug target
-		}
-		var known []types.UID
 		for l := range rec.Volumes {
-			known = append(known, l)
-		}
-		abandoned := kubevirt.Place(vmi, in.opts.NodeName, kubevirt.PodMap(cl.pods), known).AbandonedUIDs
-		for _, l := range known {
-			if _, listed := cl.pods[l]; listed && !slices.Contains(abandoned, l) {
+			if _, listed := cl.pods[l]; listed {
 				out[l] = rec
 			}
 		}

@@ -284,3 +284,28 @@ func uidOf(p *corev1.Pod) types.UID {
 	}
 	return p.UID
 }
+
+// TestLauncherVMI: only a VMI that controls the pod is its VMI; another
+// owner, or a VMI that is no controller, names none.
+func TestLauncherVMI(t *testing.T) {
+	yes, no := true, false
+	tests := []struct {
+		name   string
+		owners []metav1.OwnerReference
+		want   types.UID
+	}{
+		{"controlled by its VMI", []metav1.OwnerReference{{Kind: kubevirt.VMIKind, Name: "vm1", UID: "vmi-uid", Controller: &yes}}, "vmi-uid"},
+		{"a VMI that is no controller", []metav1.OwnerReference{{Kind: kubevirt.VMIKind, Name: "vm1", UID: "vmi-uid", Controller: &no}}, ""},
+		{"controlled by another kind", []metav1.OwnerReference{{Kind: "Pod", Name: "p", UID: "pod-uid", Controller: &yes}}, ""},
+		{"no owner", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: tt.owners}}
+			name, uid, ok := kubevirt.LauncherVMI(pod)
+			if uid != tt.want || ok != (tt.want != "") || ok && name != "vm1" {
+				t.Fatalf("LauncherVMI = %q, %q, %v; want %q", name, uid, ok, tt.want)
+			}
+		})
+	}
+}

@@ -418,6 +418,19 @@ func controllerOf(pod *corev1.Pod) (types.UID, bool) {
 	return "", false
 }
 
+// LauncherVMI is the name and UID of the VMI that controls a virt-launcher
+// pod (virt-controller sets it as the pod's controller), in the pod's
+// namespace. The orphan sweep, which knows no VMI, finds virt-handler's
+// record of a launcher by it.
+func LauncherVMI(pod *corev1.Pod) (name string, uid types.UID, ok bool) {
+	for i := range pod.OwnerReferences {
+		if r := &pod.OwnerReferences[i]; r.Controller != nil && *r.Controller && r.Kind == VMIKind {
+			return r.Name, r.UID, true
+		}
+	}
+	return "", "", false
+}
+
 // CheckAttachmentPod verifies that pod belongs to launcher before any of
 // its paths is used: same namespace, labelled kubevirt.io=hotplug-disk, and
 // controlled by the launcher.

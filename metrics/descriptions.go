@@ -150,7 +150,7 @@ var (
 	descMigrations = Description{
 		Name: "hpmount_migration_events_total", Type: TypeCounter,
 		Labels: []string{"event"},
-		Help:   "Steps of live migrations seen from this node, by event (handoff: a migration to this node was handed off; target-ready: every hotplug volume is usable in the target launcher; target-cleaned: the target launcher of a failed or aborted migration holds nothing; source-cleaned: the source launcher of a migrated VMI is gone and holds nothing).",
+		Help:   "Steps of live migrations seen from this node, by event (handoff: a migration to this node was handed off; target-ready: every hotplug volume is usable in the target launcher; target-cleaned: the target launcher of a failed or aborted migration holds nothing; target-left: all it still holds is virt-handler's to remove (kubevirt#17882); source-cleaned: the source launcher of a migrated VMI is gone and holds nothing).",
 	}
 	descGoneChecks = Description{
 		Name: "hpmount_vmi_gone_checks_total", Type: TypeCounter,

@@ -45,7 +45,7 @@
 //	hpmount_refusals_total{reason}                                counter    volumes or launchers refused as unsafe or not belonging to their VMI, by reason
 //	hpmount_attach_latency_seconds{mode}                          histogram  from the VMI change that made a volume desired to the volume usable in the launcher, 50ms..10min buckets
 //	hpmount_attach_phase_seconds{phase}                           histogram  phases of one attach, each from the end of the one before (pod-created, pod-ready, publish-seen, mounted, launcher-ready), 1ms..10min buckets
-//	hpmount_migration_events_total{event}                         counter    steps of live migrations seen from this node (handoff, target-ready, target-cleaned, source-cleaned)
+//	hpmount_migration_events_total{event}                         counter    steps of live migrations seen from this node (handoff, target-ready, target-cleaned, target-left, source-cleaned)
 //	hpmount_vmi_gone_checks_total{result}                         counter    live reads confirming a VMI missing from the caches left this node before anything is detached (gone, replaced, elsewhere, still-here, unknown)
 //	hpmount_migration_target_ready_seconds                        histogram  from a migration's handoff seen on the target node to every hotplug volume usable in the target launcher, 50ms..10min buckets
 //	workqueue_depth{name}                                         gauge      keys waiting in the work queue (hpmount: VMIs to reconcile; hpmount-status: volumeStatus writes)

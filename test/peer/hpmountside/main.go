@@ -74,10 +74,6 @@ type Request struct {
 	// PodsGone are launchers whose pod is deleted: nothing in them is
 	// left to virt-handler.
 	PodsGone []types.UID `json:"podsGone"`
-	// Abandoned are launchers a failed migration abandoned: nothing in
-	// them is left to virt-handler either, whose cleanup leaves its binds
-	// there (kubevirt#17882).
-	Abandoned []types.UID `json:"abandoned"`
 	// StuckAtOnce takes a record naming a gone target for stuck at the
 	// first read (node.Config.HandlerStuckAfter 0): each hpmountside is
 	// a new process, which remembers no earlier read.
@@ -355,7 +351,7 @@ func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, req Reque
 				out = append(out, Result{Name: o.Name, Outcome: "kept: the domain holds it"})
 				continue
 			}
-			if rec.Leaves(l, o.Name) && !slices.Contains(req.PodsGone, l) && !slices.Contains(req.Abandoned, l) {
+			if rec.Leaves(l, o.Name) && !slices.Contains(req.PodsGone, l) {
 				out = append(out, Result{Name: o.Name, Outcome: "detach " + string(outcome.LeftToHandler)})
 				continue
 			}

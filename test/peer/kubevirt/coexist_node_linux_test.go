@@ -53,9 +53,6 @@ type coNode struct {
 	// gone are launchers that hold nothing desired (hpmount syncs them
 	// empty); podsGone those whose pod is deleted too.
 	gone, podsGone []types.UID
-	// abandoned are launchers a failed migration abandoned (synced empty,
-	// nothing in them left to virt-handler).
-	abandoned []types.UID
 	// stuckAtOnce has hpmount take a record naming a gone target for
 	// stuck at once, not after node.Config.HandlerStuckAfter.
 	stuckAtOnce bool
@@ -207,7 +204,7 @@ func (n *coNode) hpmountPaused(t *testing.T, op string, between func()) map[stri
 	t.Helper()
 	req := map[string]any{"op": op, "kubeletRoot": kubeletRoot, "cgroupRoot": n.cgroupRoot,
 		"launcherDir": launcherView, "volumes": n.desired(), "launchers": n.gone,
-		"handlerStateDir": n.stateDir, "vmi": n.vmi().UID, "podsGone": n.podsGone, "abandoned": n.abandoned, "stuckAtOnce": n.stuckAtOnce}
+		"handlerStateDir": n.stateDir, "vmi": n.vmi().UID, "podsGone": n.podsGone, "stuckAtOnce": n.stuckAtOnce}
 	if inCgroupV2Node {
 		req["cgroupMode"] = "v2"
 	}

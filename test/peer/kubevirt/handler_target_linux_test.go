@@ -4,6 +4,7 @@
 package peer
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/mock/gomock"
+	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	v1 "kubevirt.io/api/core/v1"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/kubevirt"
+	"github.com/hpmount/hpmount/outcome"
 )
 
 // newMigrationTargetController is virt-handler's migration-target
@@ -104,12 +107,14 @@ func (h *kvHandler) syncTarget(t *testing.T) error {
 //   - hpmount first: virt-handler records nothing; after the failure
 //     hpmount empties the abandoned launcher, the kubelet removes the pod,
 //     and every sync of the second migration succeeds.
-//   - virt-handler first: its record names the first launcher's targets;
-//     hpmount empties the launcher all the same (kubevirt#17882), and
-//     after the second migration virt-handler's VM controller fails every
-//     sync at the first recorded target, which is gone: the failure
-//     TestKnown17882MigrationAgain measures with the mounter alone, and
-//     the one KubeVirt has alone for Block volumes.
+//   - virt-handler first: its record names the first launcher's targets,
+//     which its cleanup leaves there (kubevirt#17882), and hpmount leaves
+//     them to it. What follows is what KubeVirt does alone
+//     (TestKnown17882MigrationAgain): a Filesystem bind keeps the kubelet
+//     from removing the pod until the second migration's Unmount removes
+//     it, with no error; a Block node does not, the kubelet removes the
+//     pod, and virt-handler's VM controller fails every sync after the
+//     second migration at the recorded target that is gone.
 func TestVirtHandlerMigrationAgain(t *testing.T) {
 	testutil.RequiresRoot(t)
 	virtHandlerMigrationAgain(t, "ma1")
@@ -127,19 +132,34 @@ func TestVirtHandlerMigrationAgainV2(t *testing.T) {
 }
 
 func virtHandlerMigrationAgain(t *testing.T, prefix string) {
-	for _, first := range []string{"hpmount", "virt-handler"} {
-		t.Run(first+" first", func(t *testing.T) {
-			vols := []peerVolume{{name: "ext", mode: kubevirt.Filesystem, fstype: "ext4"}, {name: "blk", mode: kubevirt.Block}}
-			n := newCoNode(t, prefix+first[:1], vols)
+	ext := peerVolume{name: "ext", mode: kubevirt.Filesystem, fstype: "ext4"}
+	blk := peerVolume{name: "blk", mode: kubevirt.Block}
+	for _, c := range []struct {
+		name, first string
+		vols        []peerVolume
+		// left is whether hpmount leaves the abandoned launcher's
+		// volumes to virt-handler, held whether the bind keeps the
+		// kubelet from removing that pod, and fails whether virt-
+		// handler's syncs fail after the second migration.
+		left, held, fails bool
+	}{
+		{"hpmount first", "hpmount", []peerVolume{ext, blk}, false, false, false},
+		{"virt-handler first, filesystem", "virt-handler", []peerVolume{ext}, true, true, false},
+		{"virt-handler first, block", "virt-handler", []peerVolume{blk}, true, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newCoNode(t, prefix+c.first[:1]+c.vols[0].name[:1], c.vols)
 			h := newKVHandler(t, n)
 			n.handler = h
 			r := &targetRun{t: t, n: n, h: h}
 			l1 := n.launcher
 			h.startTarget(t, "mig1")
-			r.prepare("first migration", first)
+			r.prepare("first migration", c.first)
 			h.update(t, failMigration)
 			r.target("first migration failed")
-			r.abandon(l1)
+			if held := r.abandon(l1, c.left); held != c.held {
+				t.Errorf("the abandoned launcher's pod held by a bind: %v, want %v", held, c.held)
+			}
 
 			l2, a2 := types.UID(n.prefix+"-l2"), types.UID(n.prefix+"-a2")
 			r.newTarget(l2, a2)
@@ -148,11 +168,18 @@ func virtHandlerMigrationAgain(t *testing.T, prefix string) {
 			r.complete(l2, a2)
 			err := h.sync(t)
 			t.Logf("after the second migration: virt-handler's VM controller: %v; its record: %s", err, n.kvRecord(t))
-			if (err == nil) != (first == "hpmount") {
-				t.Errorf("virt-handler's sync after the second migration: %v, want an error only if it bound first", err)
+			if (err != nil) != c.fails {
+				t.Errorf("virt-handler's sync after the second migration: %v, want an error: %v", err, c.fails)
 			}
 			if err != nil && (!strings.Contains(err.Error(), string(l1)) || !strings.Contains(err.Error(), "no such file or directory")) {
 				t.Errorf("virt-handler's sync failed otherwise than at the first launcher's gone target: %v", err)
+			}
+			if c.held {
+				r.hpmount("second migration done, hpmount")
+				if err := deletePodDir(l1); err != nil {
+					t.Errorf("the kubelet's retry of the abandoned launcher's teardown: %v", err)
+				}
+				n.gone = nil
 			}
 			if len(h.launcher.refused) > 0 {
 				t.Errorf("QEMU's opens refused: %q", h.launcher.refused)
@@ -208,21 +235,32 @@ func (r *targetRun) hpmount(step string) map[string]string {
 }
 
 // abandon is the failed migration's end on this node: hpmount empties the
-// abandoned target launcher, whatever virt-handler's record names, and the
-// kubelet then deletes its pod, which the emptied launcher lets it do.
-func (r *targetRun) abandon(l types.UID) {
+// abandoned target launcher, but for the targets virt-handler's record
+// names (left, all of them then), and the kubelet tries to delete its pod.
+// held reports that the teardown failed at a bind left there; the pod
+// then lingers, terminated, and hpmount looks at it again.
+func (r *targetRun) abandon(l types.UID, left bool) (held bool) {
 	r.t.Helper()
-	r.n.launcher, r.n.gone, r.n.abandoned = "", []types.UID{l}, []types.UID{l}
+	want := "detach removed"
+	if left {
+		want = "detach " + string(outcome.LeftToHandler)
+	}
+	r.n.launcher, r.n.gone = "", []types.UID{l}
 	for name, o := range r.hpmount("failed migration, hpmount") {
-		if o != "detach removed" {
-			r.t.Errorf("hpmount's detach of %s from the abandoned launcher: %q", name, o)
+		if o != want {
+			r.t.Errorf("hpmount's detach of %s from the abandoned launcher: %q, want %q", name, o, want)
 		}
 	}
 	r.n.launchers[l].stop()
-	if err := deletePodDir(l); err != nil {
+	err := deletePodDir(l)
+	r.t.Logf("the kubelet's teardown of the abandoned launcher: %v", err)
+	if err != nil && !errors.Is(err, unix.EBUSY) {
 		r.t.Fatalf("the kubelet's teardown of the abandoned launcher: %v", err)
 	}
-	r.n.gone, r.n.abandoned = nil, nil
+	if err == nil {
+		r.n.gone = nil
+	}
+	return err != nil
 }
 
 // newTarget starts the next target launcher and its attachment pod.
