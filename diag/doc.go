@@ -28,100 +28,14 @@
 //
 // # Verdicts
 //
-// Each volume gets the first verdict that applies, in this order, and every
-// verdict but ok has a one-line hint:
-//
-//   - refused: the agent will not touch the volume: the volume name is not
-//     one plain file name; the launcher pod does not belong to the VMI; the
-//     attachment pod is not controlled by the launcher; disk.img is a
-//     symlink, device, FIFO or socket, has more than one hard link or is a
-//     mount of its own; the target <vol>.img is not a regular file (or the
-//     block target not a block device). Hint: fix what the detail names;
-//     hpmount never touches it.
-//   - stuck: a look at the volume got no answer within the call timeout
-//     (see Deadlines) and was abandoned: its storage hangs (a hard-mounted
-//     NFS server gone, a hung FUSE daemon). Hint: check dmesg for hung
-//     tasks and the storage backend.
-//   - dead-source: inspecting the volume failed with an error that means
-//     its filesystem is gone (EIO, ESTALE, ENOTCONN, EHOSTDOWN, ENXIO,
-//     ENODEV: shut down after an error, its device or storage server gone).
-//     Hint: check the kernel log and the storage backend; no remount
-//     repairs it: unplug the volume or restart the VM once storage is back.
-//   - error: the volume could not be inspected (permissions, I/O). Hint:
-//     run diag with the agent's privileges (kubectl exec into the agent pod).
-//   - propagation-broken: propagation.CheckShared fails for
-//     <kubelet-root>/pods, so mounts never reach launchers. Hint: `mount
-//     --make-rshared <mount point>` on the host, made persistent as the
-//     detail (the propagation error) says, then recreate launcher pods.
-//   - not-mounted: nothing at the target. Hints by cause: no running
-//     launcher on this node (check the VMI and its pods); no attachment pod
-//     yet (wait for virt-controller); the kubelet does not publish the
-//     volume (describe the attachment pod); else the agent has not attached
-//     it (check that it runs, its logs and the VMI's events).
-//   - stale-source: the mounted disk.img was deleted, its device is gone
-//     (e.g. a lazily detached loop), or it is another file than the one the
-//     attachment pod publishes; for a block volume, the node's device no
-//     longer exists. Hint: the agent replaces it on its next reconcile, or
-//     `umount <target>` (block: `rm <target>`).
-//   - stacked: more than one mount on <vol>.img. Hint: "unmount all but
-//     one: `umount <target>` N-1 times, the agent will remount".
-//   - not-propagated: the bind is in place on the host, but a process of
-//     the launcher that mounts hotplug-disks (at
-//     kubevirt.HotplugDisksMountPath) sees something else under the
-//     target's name (propagation.LauncherView.Check, as the agent asks it).
-//     Hint: restart the launcher pod (migrate the VM); mounting again does
-//     not help.
-//   - stale-open: the launcher's QEMU (a process of the pod whose command
-//     starts with "qemu", propagation.LauncherView.Held) holds under the
-//     target's name a device other than the one published now (block), or
-//     another file than the bound disk.img (filesystem). Hint: the guest
-//     writes to a disk that is gone; unplug and plug again, or restart
-//     the VM; hpmount never acts on QEMU.
-//   - wrong-device: the block node's major:minor is not the device the
-//     kubelet published for the attachment pod. Hint: the agent replaces it,
-//     or `rm <target>` and let it recreate the node.
-//   - not-allowed: the launcher's device cgroup (DeviceRules.Allowed for the
-//     launcher pod UID) does not allow the block node's device. Hint: check
-//     the agent's --cgroup-root/--cgroup-mode and logs.
-//   - needs-fs-expand: the block device under the file bind is larger than
-//     the filesystem's own size (ext superblock, xfs geometry) by more than
-//     mount.GrowSlackBytes: the volume was expanded after its attachment pod
-//     was replaced. Hint: "the filesystem is smaller than its device: run the
-//     agent with --grow-filesystems, or `xfs_growfs <target>`" (ext4:
-//     resize2fs on the device).
-//   - expand-pending: a filesystem volume whose claim (persistentVolumeClaimInfo
-//     in VMI status) requests more than its capacity while its device has
-//     not grown past the capacity (within mount.GrowSlackBytes of the
-//     request) and its filesystem is not behind the device: the expansion
-//     never reached the volume, so nothing on the node can grow. Hint: the
-//     storage side has not grown it (`kubectl describe pvc`); on Harvester
-//     the PVC webhook admits expansion of a hotplugged filesystem-mode PVC
-//     only while its VM is stopped.
-//   - not-open: QEMU runs but holds nothing under the target's name
-//     (expected until KubeVirt attaches the disk; also what a file bind
-//     detached under QEMU's descriptor looks like: the detail then lists
-//     QEMU's files on detached mounts, which diag, with no memory of the
-//     former bind, does not tie to the volume; the agent does and reports
-//     stale-open). Without a QEMU process
-//     the volume's qemu field says "no QEMU found" and the verdict is not
-//     changed.
-//   - ok: mounted once, from the published disk.img (or, when the
-//     attachment pod no longer publishes it, from a live source), or a block
-//     node of the published device that the cgroup allows.
-//
-// Orphans get the verdict orphan: a mounted <x>.img or a block node in the
-// hotplug-disks directory of a pod under <kubelet-root>/pods that no VMI on
-// this node has in spec.volumes. Hint: the agent removes it when it
-// reconciles the launcher's VMI; if the VMI is gone, `umount <target> && rm
-// <target>` (block: `rm <target>`).
-// Orphans get the verdict left-to-virt-handler instead where virt-handler's
-// record of the VMI (Options.HandlerStateDir) names them, judged by
-// kubevirt.RecordedTargets, the rule the agent's plan applies: virt-handler
-// removes them itself, the agent leaves them, and they are no problem.
-// Hint: do not remove them by hand, or virt-handler's Unmount fails at
-// every sync. Without the right to list VMIs of all namespaces only
-// launchers of the listed VMIs are searched (a warning says so); with VMI
-// names given, only their launchers.
+// Each volume gets the first verdict that applies, in the order of
+// Verdicts (report.go), and every verdict but ok has a one-line hint.
+// Orphans, the mounts and block nodes in a launcher's hotplug-disks that
+// no VMI on the node has in spec.volumes, get orphan, or left-to-virt-
+// handler where virt-handler's record of their VMI names them, judged by
+// kubevirt.RecordedTargets as the agent's plan judges them. What each
+// verdict means and what to do is written once, in docs/diag.md;
+// vocabulary_test.go holds that table to the code.
 //
 // # Deadlines
 //

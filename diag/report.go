@@ -23,8 +23,8 @@ const (
 // Verdict is the conclusion about one volume or orphan.
 type Verdict string
 
-// Verdicts, in the order they take precedence for one volume. doc.go
-// explains each one and its hint.
+// Verdicts, in the order they take precedence for one volume.
+// docs/diag.md explains each one and its hint.
 const (
 	Refused           Verdict = "refused"
 	Stuck             Verdict = "stuck"
@@ -47,7 +47,7 @@ const (
 )
 
 // Verdicts is every verdict, in the order above: the vocabulary that
-// doc.go and the README's verdict table explain, held to it by a test.
+// docs/diag.md's verdict table explains, held to it by a test.
 var Verdicts = []Verdict{
 	Refused, Stuck, DeadSource, Error, PropagationBroken, NotMounted, StaleSource, Stacked, NotPropagated,
 	StaleOpen, WrongDevice, NotAllowed, NeedsFSExpand, ExpandPending, NotOpen, OK, Orphan, LeftToHandler,

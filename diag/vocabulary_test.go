@@ -11,15 +11,11 @@ import (
 	"testing"
 )
 
-// TestVerdictsDocumented holds doc.go's verdict list, the verdict table of
-// docs/diag.md, the README's verdict sentence and ARCHITECTURE.md's
-// vocabulary to Verdicts: each names every verdict diag can give, in the
-// order of precedence, and nothing else.
+// TestVerdictsDocumented holds the verdict table of docs/diag.md, the one
+// place that explains them, the README's verdict sentence and
+// ARCHITECTURE.md's vocabulary to Verdicts: each names every verdict diag
+// can give, in the order of precedence, and nothing else.
 func TestVerdictsDocumented(t *testing.T) {
-	doc, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	readme, err := os.ReadFile("../docs/diag.md")
 	if err != nil {
 		t.Fatal(err)
@@ -32,10 +28,6 @@ func TestVerdictsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// doc.go: "//   - stuck: ..." for each volume verdict, then the
-	// sentence that gives orphans theirs.
-	fromDoc := matches(regexp.MustCompile(`(?m)^//   - ([a-z-]+): `), string(doc))
-	fromDoc = append(fromDoc, matches(regexp.MustCompile(`Orphans get the verdict ([a-z-]+)`), string(doc))...)
 	// docs/diag.md: the rows of the table under "| verdict | meaning |".
 	table := regexp.MustCompile("(?s)\\| verdict \\| meaning \\| what to do \\|\n\\|[-|]+\\|\n(.*?)\n\n").FindStringSubmatch(string(readme))
 	if table == nil {
@@ -61,7 +53,7 @@ func TestVerdictsDocumented(t *testing.T) {
 	for i, v := range Verdicts {
 		want[i] = string(v)
 	}
-	for where, got := range map[string][]string{"doc.go": fromDoc, "docs/diag.md": fromReadme,
+	for where, got := range map[string][]string{"docs/diag.md": fromReadme,
 		"README.md": fromFront, "ARCHITECTURE.md": fromArch} {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s names the verdicts %q, want %q (diag.Verdicts, in that order)", where, got, want)
