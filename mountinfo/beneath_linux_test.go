@@ -47,7 +47,8 @@ func TestStatmountLayout(t *testing.T) {
 		{"supported_mask", unsafe.Offsetof(sm.supportedMask), 144},
 		{"__spare2", unsafe.Offsetof(sm.spare2), 168},
 		{"str (sizeof)", unsafe.Sizeof(sm), 512},
-		{"mnt_id_req (sizeof)", unsafe.Sizeof(mntIDReq{}), unix.MNT_ID_REQ_SIZE_VER0},
+		{"mnt_id_req (sizeof)", unsafe.Sizeof(mntIDReq{}), unix.MNT_ID_REQ_SIZE_VER1},
+		{"mnt_id_req.mnt_ns_id", unsafe.Offsetof(mntIDReq{}.mntNsID), unix.MNT_ID_REQ_SIZE_VER0},
 	} {
 		if f.got != f.want {
 			t.Errorf("%s at %d, want %d", f.name, f.got, f.want)

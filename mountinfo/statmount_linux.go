@@ -17,17 +17,30 @@ import (
 
 // golang.org/x/sys has the syscall numbers (SYS_STATMOUNT 457 and
 // SYS_LISTMOUNT 458 on amd64 and arm64 alike, from the generic table) and
-// MNT_ID_REQ_SIZE_VER0, but neither wrappers nor struct statmount; both
-// are here, laid out as include/uapi/linux/mount.h of Linux 6.18 has them.
+// MNT_ID_REQ_SIZE_VER0/1, but neither wrappers nor struct statmount; both
+// are here, laid out as include/uapi/linux/mount.h of Linux 6.18 has them,
+// and only here: package mountwatch asks through namespace_linux.go.
 
-// mntIDReq is struct mnt_id_req, first version (MNT_ID_REQ_SIZE_VER0):
-// the mount id and, for statmount, the request mask or, for listmount,
-// the last id listed.
+// mntIDReq is struct mnt_id_req: the mount id and, for statmount, the
+// request mask or, for listmount, the last id listed; from its second
+// version (MNT_ID_REQ_SIZE_VER1, Linux 6.11) the id of the namespace to
+// look in, which need not be the caller's.
 type mntIDReq struct {
-	size  uint32
-	spare uint32
-	mntID uint64
-	param uint64
+	size    uint32
+	spare   uint32
+	mntID   uint64
+	param   uint64
+	mntNsID uint64
+}
+
+// newMntIDReq asks about mount id in namespace ns, 0 for the caller's: a
+// request of the first version then, which every kernel with statmount
+// takes.
+func newMntIDReq(ns, id, param uint64) mntIDReq {
+	if ns == 0 {
+		return mntIDReq{size: unix.MNT_ID_REQ_SIZE_VER0, mntID: id, param: param}
+	}
+	return mntIDReq{size: unix.MNT_ID_REQ_SIZE_VER1, mntID: id, param: param, mntNsID: ns}
 }
 
 // statmountFixed is the fixed part of struct statmount; the strings
@@ -108,13 +121,19 @@ var statBufs = sync.Pool{New: func() any { b := make(statBuf, statmountSize/8); 
 // read costs.
 var onStatmount func()
 
-// statmount calls statmount(2) for the unique id with the request mask.
+// statmount calls statmount(2) for the unique id with the request mask,
+// in the caller's mount namespace.
 func statmount(id, mask uint64, buf *statBuf) (*statmountFixed, error) {
+	return statmountIn(0, id, mask, buf)
+}
+
+// statmountIn is statmount in namespace ns (0: the caller's).
+func statmountIn(ns, id, mask uint64, buf *statBuf) (*statmountFixed, error) {
 	if onStatmount != nil {
 		onStatmount()
 	}
 	for {
-		req := mntIDReq{size: unix.MNT_ID_REQ_SIZE_VER0, mntID: id, param: mask}
+		req := newMntIDReq(ns, id, mask)
 		b := *buf
 		_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
 			uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)*8), 0, 0, 0)
@@ -132,19 +151,24 @@ func statmount(id, mask uint64, buf *statBuf) (*statmountFixed, error) {
 // str is the string at offset off of the strings after sm, "" when bit is
 // not in sm's mask (not asked, not known, or empty).
 func (sm *statmountFixed) str(buf statBuf, bit uint64, off uint32) string {
+	return string(sm.bytes(buf, bit, off))
+}
+
+// bytes is str in place: a slice of buf, valid until buf is reused.
+func (sm *statmountFixed) bytes(buf statBuf, bit uint64, off uint32) []byte {
 	if sm.mask&bit == 0 {
-		return ""
+		return nil
 	}
 	all := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), len(buf)*8)
 	start := int(unsafe.Sizeof(*sm)) + int(off)
 	if start >= len(all) || start >= int(sm.size) {
-		return ""
+		return nil
 	}
 	s := all[start:min(len(all), int(sm.size))]
 	if k := bytes.IndexByte(s, 0); k >= 0 {
 		s = s[:k]
 	}
-	return string(s)
+	return s
 }
 
 // info converts a statmount answer into the Info mountinfo would show.
@@ -230,9 +254,14 @@ func superOptions(flags uint32, fsOpts string) string {
 // subtree, in the order of their ids, not its children alone (recursive
 // listing is listmount(2)'s only mode since it was merged, in 6.8).
 func listmount(id uint64) ([]uint64, error) {
+	return listmountIn(0, id)
+}
+
+// listmountIn is listmount in namespace ns (0: the caller's).
+func listmountIn(ns, id uint64) ([]uint64, error) {
 	var out []uint64
 	page := make([]uint64, 512)
-	req := mntIDReq{size: unix.MNT_ID_REQ_SIZE_VER0, mntID: id}
+	req := newMntIDReq(ns, id, 0)
 	for {
 		n, _, errno := unix.Syscall6(unix.SYS_LISTMOUNT, uintptr(unsafe.Pointer(&req)),
 			uintptr(unsafe.Pointer(&page[0])), uintptr(len(page)), 0, 0, 0)
@@ -243,7 +272,7 @@ func listmount(id uint64) ([]uint64, error) {
 		if int(n) < len(page) {
 			return out, nil
 		}
-		req.param = page[n-1]
+		req.param = page[n-1] // continue after the last id listed
 	}
 }
 

@@ -10,13 +10,11 @@ import (
 )
 
 // TestABI holds the structures defined here to the kernel's layout
-// (include/uapi/linux/fanotify.h, include/uapi/linux/mount.h): the size
+// (include/uapi/linux/fanotify.h): the size
 // the C compiler gives them, the offsets of the fields read, and that
 // encoding/binary, which packs fields, reads the same bytes.
 func TestABI(t *testing.T) {
 	var mnt fanotifyEventInfoMnt
-	var req mntIDReq
-	var sm statmountFixed
 	for _, tc := range []struct {
 		name       string
 		size, want uintptr
@@ -25,14 +23,6 @@ func TestABI(t *testing.T) {
 		{"fanotify_event_info_header", unsafe.Sizeof(fanotifyEventInfoHeader{}), 4, binary.Size(fanotifyEventInfoHeader{})},
 		{"fanotify_event_info_mnt", unsafe.Sizeof(mnt), fanotifyInfoMntSize, binary.Size(mnt)},
 		{"fanotify_event_info_mnt.mnt_id", unsafe.Offsetof(mnt.MntID), 8, -1},
-		{"mnt_id_req", unsafe.Sizeof(req), mntIDReqSizeVer1, binary.Size(req)},
-		{"mnt_id_req.mnt_ns_id", unsafe.Offsetof(req.MntNsID), 24, -1},
-		{"statmount", unsafe.Sizeof(sm), statmountStr, binary.Size(sm)},
-		{"statmount.mask", unsafe.Offsetof(sm.Mask), 8, -1},
-		{"statmount.mnt_id", unsafe.Offsetof(sm.MntID), 40, -1},
-		{"statmount.mnt_id_old", unsafe.Offsetof(sm.MntIDOld), 56, -1},
-		{"statmount.mnt_point", unsafe.Offsetof(sm.MntPoint), 108, -1},
-		{"statmount.mnt_ns_id", unsafe.Offsetof(sm.MntNsID), 112, -1},
 	} {
 		if tc.size != tc.want {
 			t.Errorf("%s: %d, kernel %d", tc.name, tc.size, tc.want)

@@ -13,7 +13,8 @@
 // mount no longer exists, so its mount point cannot be asked for. The
 // watcher keeps, for the mounts that concern a launcher, the launcher's
 // UID by unique mount id; it is seeded at Open with listmount(2) and
-// statmount(2) and kept current from attach events. Only mounts on a
+// statmount(2) in the host's namespace (through package mountinfo, which
+// owns that ABI) and kept current from attach events. Only mounts on a
 // launcher's hotplug-disks, beneath it, or on a directory between the pod
 // directory and it are kept: a node's tens of thousands of other mounts
 // cost one statmount each at start and nothing after.

@@ -72,35 +72,6 @@ func FuzzParseEvents(f *testing.F) {
 	})
 }
 
-func TestParseMountPoint(t *testing.T) {
-	answer := func(mask uint64, point string, off uint32) []byte {
-		s := statmountFixed{Mask: mask, MntPoint: off}
-		b, _ := binary.Append(nil, binary.NativeEndian, s)
-		b = append(b, point...)
-		b = append(b, 0)
-		binary.NativeEndian.PutUint32(b, uint32(len(b)))
-		return b
-	}
-	for _, tc := range []struct {
-		name    string
-		in      []byte
-		want    string
-		wantErr bool
-	}{
-		{"mount point", answer(statmountMntPoint, "/var/lib/kubelet/pods/u/x", 0), "/var/lib/kubelet/pods/u/x", false},
-		{"not reported", answer(statmountMntBasic, "/x", 0), "", true},
-		{"offset past the answer", answer(statmountMntPoint, "/x", 100), "", true},
-		{"short", make([]byte, 100), "", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b, err := parseMountPoint(tc.in)
-			if got := string(b); got != tc.want || (err != nil) != tc.wantErr {
-				t.Errorf("parseMountPoint = %q, %v; want %q, error %t", b, err, tc.want, tc.wantErr)
-			}
-		})
-	}
-}
-
 // TestApplyDetachesAndLosses: a detach names the launcher the map holds
 // for its id and forgets it; an unknown id names nothing; an overflow is
 // reported as lost events, never as a guess at launchers.

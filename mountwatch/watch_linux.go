@@ -15,6 +15,7 @@ import (
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
+	"github.com/hpmount/hpmount/mountinfo"
 )
 
 // Watcher reports mount changes under launchers' hotplug-disks in one
@@ -28,7 +29,7 @@ type Watcher struct {
 	// launchers holds the launcher of each mount that concerns one, by
 	// unique mount id: a detach event names only the id.
 	launchers map[uint64]string
-	buf       []byte // statmount answers
+	buf       mountinfo.MountPointBuffer
 	events    []byte // fanotify reads
 }
 
@@ -42,8 +43,8 @@ func Open(host isolation.Host, root kubelet.Root) (*Watcher, error) {
 		return nil, fmt.Errorf("open mount namespace %q: %w", host.MountNamespace(), err)
 	}
 	defer ns.Close()
-	w := &Watcher{podsSlash: root.Abs(kubelet.PodsDir) + "/", buf: make([]byte, 8<<10), events: make([]byte, 64<<10)}
-	if w.ns, err = mountNamespaceID(int(ns.Fd())); err != nil {
+	w := &Watcher{podsSlash: root.Abs(kubelet.PodsDir) + "/", events: make([]byte, 64<<10)}
+	if w.ns, err = mountinfo.NamespaceID(int(ns.Fd())); err != nil {
 		return nil, unsupported(fmt.Errorf("mount namespace %q: %w", host.MountNamespace(), err))
 	}
 	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_REPORT_MNT|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK, 0)
@@ -79,7 +80,7 @@ func unsupported(err error) error {
 // seed reads the launcher of every mount of the namespace that concerns
 // one.
 func (w *Watcher) seed() error {
-	ids, err := listMounts(w.ns)
+	ids, err := mountinfo.ListMountsIn(w.ns)
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func (w *Watcher) seed() error {
 // returns it. A mount gone meanwhile is not recorded: its detach event
 // follows and names nothing known.
 func (w *Watcher) learn(id uint64) (string, bool) {
-	mp, err := mountPoint(w.ns, id, &w.buf)
+	mp, err := mountinfo.MountPointIn(w.ns, id, &w.buf)
 	if err != nil {
 		return "", false
 	}
