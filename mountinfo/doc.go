@@ -16,9 +16,9 @@
 // along in Info.UniqueID). CheckStatmount says at start whether the kernel
 // can; where it cannot (ErrNoStatmount), the caller reads the table. Both
 // paths are held to each other entry by entry (TestReadBeneathMatchesTable).
-It is the one owner of that kernel ABI: NamespaceID, ListMountsIn and
-MountPointIn ask the same syscalls about another mount namespace, by its
-id (Linux ≥ 6.11), for package mountwatch.
+// It is the one owner of that kernel ABI: NamespaceID, ListMountsIn and
+// MountPointIn ask the same syscalls about another mount namespace, by its
+// id (Linux ≥ 6.11), for package mountwatch.
 //
 // Lines are decoded exactly as show_mountinfo writes them, octal escapes
 // included; a line not in that format is refused, never guessed at, and
