@@ -16,7 +16,7 @@ import (
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/metrics"
 	"github.com/hpmount/hpmount/node"
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -24,7 +24,7 @@ func newAgentCommand() *cobra.Command {
 	cfg.NodeName = os.Getenv("NODE_NAME")
 	nc := node.DefaultConfig()
 	api := defaultAPIFlags()
-	logs := plugin.DefaultLogFlags()
+	logs := cli.DefaultLogFlags()
 	stuckLimit := 5 * time.Minute
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -33,7 +33,7 @@ func newAgentCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.Logger(os.Stderr)
 			if err != nil {
-				return plugin.UsageError{Err: err}
+				return cli.UsageError{Err: err}
 			}
 			cfg.Logger = logger
 			nc.Grow.Filesystems = cfg.GrowFilesystems
@@ -65,7 +65,7 @@ func newAgentCommand() *cobra.Command {
 
 func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags, stuckLimit time.Duration) error {
 	if err := errors.Join(cfg.Validate(), nc.Validate(), api.validate()); err != nil {
-		return plugin.UsageError{Err: err}
+		return cli.UsageError{Err: err}
 	}
 	collectSooner()
 	// client-go reports its requests to the metrics registered before its

@@ -10,17 +10,17 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // apiFlags say how to reach the API server and how fast. The kubeconfig is
-// found the kubectl way (plugin.KubeFlags); in the agent's pod that ends at
+// found the kubectl way (cli.KubeFlags); in the agent's pod that ends at
 // the in-cluster configuration. client-go's default of 5 requests per
 // second (burst 10) is far too low for a node with hundreds of VMIs: its
 // limiter, not the API server, would set the pace of Events, status
 // patches and diag's lists.
 type apiFlags struct {
-	kube  plugin.KubeFlags
+	kube  cli.KubeFlags
 	qps   float32
 	burst int
 }

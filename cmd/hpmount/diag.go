@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hpmount/hpmount/diag"
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // newDiagCommand is `hpmount diag`: a read-only explanation of every hotplug
@@ -30,7 +30,7 @@ func newDiagCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.VMIs = args
 			if code := runDiag(cmd, opts, api, output); code != diag.ExitOK {
-				return plugin.ExitError{Code: code}
+				return cli.ExitError{Code: code}
 			}
 			return nil
 		},

@@ -13,12 +13,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	code := plugin.Execute(ctx, newRootCommand(), os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Execute(ctx, newRootCommand(), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -16,11 +16,11 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/node"
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // TestExitStatus: usage and flag errors exit 2, as grep's and diff's do; diag
-// keeps 1 for problems found (its ExitError, see plugin.Execute) and 2
+// keeps 1 for problems found (its ExitError, see cli.Execute) and 2
 // for could not run.
 func TestExitStatus(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
@@ -52,7 +52,7 @@ func TestExitStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			got := plugin.Execute(context.Background(), newRootCommand(), tt.args, &out, &errOut)
+			got := cli.Execute(context.Background(), newRootCommand(), tt.args, &out, &errOut)
 			if got != tt.want {
 				t.Errorf("exit %d, want %d (stderr %q)", got, tt.want, errOut.String())
 			}
@@ -71,7 +71,7 @@ func TestCompletionScripts(t *testing.T) {
 	}{{"bash", true}, {"zsh", true}, {"fish", false}, {"powershell", false}} {
 		t.Run(tc.shell, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			if code := plugin.Execute(context.Background(), newRootCommand(), []string{"completion", tc.shell}, &out, &errOut); code != 0 || out.Len() == 0 {
+			if code := cli.Execute(context.Background(), newRootCommand(), []string{"completion", tc.shell}, &out, &errOut); code != 0 || out.Len() == 0 {
 				t.Fatalf("completion %s: exit %d, %d bytes, stderr %q", tc.shell, code, out.Len(), errOut.String())
 			}
 			if !bytes.Contains(out.Bytes(), []byte("hpmount")) {
@@ -98,7 +98,7 @@ func TestCompletionScripts(t *testing.T) {
 // TestCompleteOutput: -o completes to diag's formats.
 func TestCompleteOutput(t *testing.T) {
 	var out, errOut bytes.Buffer
-	plugin.Execute(context.Background(), newRootCommand(), []string{"__complete", "diag", "-o", ""}, &out, &errOut)
+	cli.Execute(context.Background(), newRootCommand(), []string{"__complete", "diag", "-o", ""}, &out, &errOut)
 	for _, f := range []string{"table", "wide", "json", "yaml"} {
 		if !strings.Contains(out.String(), f+"\n") {
 			t.Errorf("completion of -o lacks %s:\n%s", f, out.String())
@@ -110,7 +110,7 @@ func TestCompleteOutput(t *testing.T) {
 // an operator looks for first, in the format --logging-format chose.
 func TestStartLine(t *testing.T) {
 	var buf bytes.Buffer
-	logger, err := plugin.LogFlags{Format: plugin.LogFormatJSON}.Logger(&buf)
+	logger, err := cli.LogFlags{Format: cli.LogFormatJSON}.Logger(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}

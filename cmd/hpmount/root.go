@@ -6,7 +6,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 func newRootCommand() *cobra.Command {
@@ -16,7 +16,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDiagCommand(), newAgentCommand(), plugin.VersionCommand("hpmount", build()))
-	plugin.SetVersion(root, build())
+	root.AddCommand(newDiagCommand(), newAgentCommand(), cli.VersionCommand("hpmount", build()))
+	cli.SetVersion(root, build())
 	return root
 }

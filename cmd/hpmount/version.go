@@ -3,7 +3,7 @@
 
 package main
 
-import "github.com/hpmount/hpmount/plugin"
+import "github.com/hpmount/hpmount/cli"
 
 // Set at build time:
 //
@@ -18,4 +18,4 @@ var (
 
 // build is what this binary says of itself (version, --version, the user
 // agent and hpmount_build_info).
-func build() plugin.Build { return plugin.BuildOf(version, commit) }
+func build() cli.Build { return cli.BuildOf(version, commit) }

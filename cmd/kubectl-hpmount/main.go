@@ -3,7 +3,7 @@
 
 // Command kubectl-hpmount is the kubectl plugin of hpmount:
 // `kubectl hpmount diag NODE [VMI...]` runs diag in that node's agent pod.
-// The work is in package plugin.
+// The work is in package cli.
 package main
 
 import (
@@ -12,12 +12,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	code := plugin.Execute(ctx, newRootCommand(), os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Execute(ctx, newRootCommand(), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // TestExitStatus: usage errors exit 2 before any API call; an agent pod
@@ -35,7 +35,7 @@ func TestExitStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			if got := plugin.Execute(context.Background(), newRootCommand(), tt.args, &out, &errOut); got != tt.want {
+			if got := cli.Execute(context.Background(), newRootCommand(), tt.args, &out, &errOut); got != tt.want {
 				t.Errorf("exit %d, want %d (stderr %q)", got, tt.want, errOut.String())
 			}
 		})
@@ -50,15 +50,15 @@ func TestDiagArgs(t *testing.T) {
 	without := writeKubeconfig(t, "")
 	tests := []struct {
 		name   string
-		flags  plugin.KubeFlags
+		flags  cli.KubeFlags
 		output string
 		all    bool
 		want   []string
 	}{
-		{"the context's namespace", plugin.KubeFlags{Kubeconfig: withNS}, "", false, []string{"--namespace=ns1"}},
-		{"-n wins", plugin.KubeFlags{Kubeconfig: withNS, Namespace: "vms"}, "json", false, []string{"--output=json", "--namespace=vms"}},
-		{"no namespace in the context", plugin.KubeFlags{Kubeconfig: without}, "", false, []string{"--namespace=default"}},
-		{"-A", plugin.KubeFlags{Kubeconfig: withNS, Namespace: "vms"}, "", true, []string{"--all-namespaces"}},
+		{"the context's namespace", cli.KubeFlags{Kubeconfig: withNS}, "", false, []string{"--namespace=ns1"}},
+		{"-n wins", cli.KubeFlags{Kubeconfig: withNS, Namespace: "vms"}, "json", false, []string{"--output=json", "--namespace=vms"}},
+		{"no namespace in the context", cli.KubeFlags{Kubeconfig: without}, "", false, []string{"--namespace=default"}},
+		{"-A", cli.KubeFlags{Kubeconfig: withNS, Namespace: "vms"}, "", true, []string{"--all-namespaces"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,15 +80,15 @@ func TestAgentNamespace(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, `namespace "` + plugin.DefaultNamespace + `"`},
+		{nil, `namespace "` + cli.DefaultNamespace + `"`},
 		{[]string{"--agent-namespace", "agents"}, `namespace "agents"`},
-		{[]string{"-n", "vms"}, `namespace "` + plugin.DefaultNamespace + `"`},
+		{[]string{"-n", "vms"}, `namespace "` + cli.DefaultNamespace + `"`},
 	} {
 		var out, errOut bytes.Buffer
 		args := append([]string{"diag", "n1", "--kubeconfig", kubeconfig}, tt.args...)
-		code := plugin.Execute(context.Background(), newRootCommand(), args, &out, &errOut)
-		if code != plugin.ExitUsage || !strings.Contains(errOut.String(), tt.want) {
-			t.Errorf("%q: exit %d, stderr %q; want %d naming %s", args, code, errOut.String(), plugin.ExitUsage, tt.want)
+		code := cli.Execute(context.Background(), newRootCommand(), args, &out, &errOut)
+		if code != cli.ExitUsage || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d naming %s", args, code, errOut.String(), cli.ExitUsage, tt.want)
 		}
 	}
 }
@@ -112,7 +112,7 @@ func writeKubeconfig(t *testing.T, ns string) string {
 
 func TestCompletionBash(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := plugin.Execute(context.Background(), newRootCommand(), []string{"completion", "bash"}, &out, &errOut); code != 0 {
+	if code := cli.Execute(context.Background(), newRootCommand(), []string{"completion", "bash"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	path := filepath.Join(t.TempDir(), "kubectl-hpmount.bash")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 func newRootCommand() *cobra.Command {
@@ -19,22 +19,22 @@ func newRootCommand() *cobra.Command {
 			cobra.CommandDisplayNameAnnotation: "kubectl hpmount",
 		},
 	}
-	root.AddCommand(newDiagCommand(), plugin.VersionCommand("kubectl-hpmount", build()))
-	plugin.SetVersion(root, build())
+	root.AddCommand(newDiagCommand(), cli.VersionCommand("kubectl-hpmount", build()))
+	cli.SetVersion(root, build())
 	return root
 }
 
 // newDiagCommand is `kubectl hpmount diag NODE [VMI...] [-- diag flags]`.
 func newDiagCommand() *cobra.Command {
-	var k plugin.KubeFlags
-	r := plugin.RemoteDiag{Selector: plugin.DefaultSelector, AgentNamespace: plugin.DefaultNamespace}
+	var k cli.KubeFlags
+	r := cli.RemoteDiag{Selector: cli.DefaultSelector, AgentNamespace: cli.DefaultNamespace}
 	var output, vmiNamespace string
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "diag NODE [VMI...] [-- DIAG-FLAGS]",
 		Short: "Run hpmount diag in NODE's agent pod, with the agent's own flags",
 		Long: "diag finds NODE's hpmount agent pod (by the DaemonSet's labels and spec.nodeName, in\n" +
-			"--agent-namespace, default " + plugin.DefaultNamespace + ") and runs `hpmount diag` in it through\n" +
+			"--agent-namespace, default " + cli.DefaultNamespace + ") and runs `hpmount diag` in it through\n" +
 			"the API server, as kubectl exec does, with the agent's kubelet root, host /proc and cgroup\n" +
 			"flags. VMIs of -n's namespace, else of the kubeconfig context's, else default, as hpmount\n" +
 			"diag and kubectl choose; -A for all. Flags after -- go to diag unchanged.\n" +
@@ -47,7 +47,7 @@ func newDiagCommand() *cobra.Command {
 				names, extra = args[:dash], args[dash:]
 			}
 			if len(names) == 0 {
-				return plugin.UsageError{Err: errors.New("a NODE is required before --")}
+				return cli.UsageError{Err: errors.New("a NODE is required before --")}
 			}
 			r.Node, r.VMIs = names[0], names[1:]
 			if vmiNamespace != "" && k.Namespace == "" {
@@ -56,15 +56,15 @@ func newDiagCommand() *cobra.Command {
 			a, err := diagArgs(&k, output, all)
 			if err != nil {
 				cmd.PrintErrln("kubectl hpmount diag:", err)
-				return plugin.ExitError{Code: plugin.ExitUsage}
+				return cli.ExitError{Code: cli.ExitUsage}
 			}
 			r.DiagArgs = append(a, extra...)
 			code, err := r.Run(cmd.Context(), &k, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				cmd.PrintErrln("kubectl hpmount diag:", err)
-				return plugin.ExitError{Code: plugin.ExitUsage}
+				return cli.ExitError{Code: cli.ExitUsage}
 			}
-			return plugin.ExitError{Code: code}
+			return cli.ExitError{Code: code}
 		},
 	}
 	vmis := k.CompleteVMIs(1, &all)
@@ -72,7 +72,7 @@ func newDiagCommand() *cobra.Command {
 		if len(args) > 0 {
 			return vmis(cmd, args, toComplete)
 		}
-		nodes, err := plugin.AgentNodes(cmd.Context(), &k, r.AgentNamespace, r.Selector)
+		nodes, err := cli.AgentNodes(cmd.Context(), &k, r.AgentNamespace, r.Selector)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveError
 		}
@@ -96,7 +96,7 @@ func newDiagCommand() *cobra.Command {
 // and the VMIs' namespace as hpmount diag and kubectl choose it (-n, else
 // the kubeconfig context's, else default), unless all is set. The agent
 // pod has no kubeconfig of the user's, so the choice is made here.
-func diagArgs(k *plugin.KubeFlags, output string, all bool) ([]string, error) {
+func diagArgs(k *cli.KubeFlags, output string, all bool) ([]string, error) {
 	var a []string
 	if output != "" {
 		a = append(a, "--output="+output)

@@ -3,7 +3,7 @@
 
 package main
 
-import "github.com/hpmount/hpmount/plugin"
+import "github.com/hpmount/hpmount/cli"
 
 // Set at build time, as for cmd/hpmount (the release sets both); a plain
 // go build reads the VCS revision Go stamped into the binary instead.
@@ -12,4 +12,4 @@ var (
 	commit  = "unknown"
 )
 
-func build() plugin.Build { return plugin.BuildOf(version, commit) }
+func build() cli.Build { return cli.BuildOf(version, commit) }

@@ -30,7 +30,7 @@
 //     and no times but the source date. It is not signed (offline, there
 //     is no key); it can be signed as it is;
 //   - SHA256SUMS over every file above, in sha256sum's format;
-//   - hpmount.yaml: the krew manifest (plugins/krew/hpmount.yaml) with the
+//   - hpmount.yaml: the krew manifest (deploy/krew/hpmount.yaml) with the
 //     version and each archive's sha256 from SHA256SUMS.
 //
 // Times come from the commit (SOURCE_DATE_EPOCH), never the clock.

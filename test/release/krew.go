@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // Plugin is the kubectl plugin's command folder under cmd/.
@@ -20,7 +20,7 @@ const Plugin = "kubectl-hpmount"
 const KrewManifestName = "hpmount.yaml"
 
 // krewArchiveName is what krew downloads for one platform.
-func krewArchiveName(p Platform) string { return plugin.KrewArchive(p.OS, p.Arch) }
+func krewArchiveName(p Platform) string { return cli.KrewArchive(p.OS, p.Arch) }
 
 // writeKrewArchive packs the plugin's binary for p with the LICENSE, as
 // krew installs it.
@@ -34,16 +34,16 @@ func writeKrewArchive(opts Options, binary string, p Platform) error {
 		return err
 	}
 	var b bytes.Buffer
-	if err := plugin.WriteKrewArchive(&b, plugin.KrewPlatform{OS: p.OS, Arch: p.Arch}, bin, license, opts.Date); err != nil {
+	if err := cli.WriteKrewArchive(&b, cli.KrewPlatform{OS: p.OS, Arch: p.Arch}, bin, license, opts.Date); err != nil {
 		return fmt.Errorf("krew archive for %s: %w", p, err)
 	}
 	return os.WriteFile(filepath.Join(opts.OutDir, krewArchiveName(p)), b.Bytes(), 0o644)
 }
 
-// writeKrewManifest fills plugins/krew/hpmount.yaml with the version and
+// writeKrewManifest fills deploy/krew/hpmount.yaml with the version and
 // the archives' digests from the finished SHA256SUMS.
 func writeKrewManifest(opts Options) error {
-	tmpl, err := os.ReadFile(filepath.Join(opts.RepoDir, "plugins", "krew", KrewManifestName))
+	tmpl, err := os.ReadFile(filepath.Join(opts.RepoDir, "deploy", "krew", KrewManifestName))
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func writeKrewManifest(opts Options) error {
 		return err
 	}
 	defer sums.Close()
-	out, err := plugin.RenderKrewManifest(tmpl, opts.Version, sums)
+	out, err := cli.RenderKrewManifest(tmpl, opts.Version, sums)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // Platform is one operating system and architecture a release is built for.
@@ -28,13 +28,13 @@ func (p Platform) String() string { return p.OS + "/" + p.Arch }
 var Platforms = []Platform{{"linux", "amd64"}, {"linux", "arm64"}}
 
 // PlatformsOf are command c's targets: the kubectl plugin's
-// (plugin.KrewPlatforms) add the operators' workstations.
+// (cli.KrewPlatforms) add the operators' workstations.
 func PlatformsOf(c string) []Platform {
 	if c != Plugin {
 		return Platforms
 	}
 	var out []Platform
-	for _, p := range plugin.KrewPlatforms {
+	for _, p := range cli.KrewPlatforms {
 		out = append(out, Platform{p.OS, p.Arch})
 	}
 	return out

@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package plugin
+package cli
 
 import (
 	"archive/tar"
@@ -96,7 +96,7 @@ func ParseSHA256SUMS(r io.Reader) (map[string]string, error) {
 	return sums, s.Err()
 }
 
-// RenderKrewManifest fills the manifest template (plugins/krew/hpmount.yaml)
+// RenderKrewManifest fills the manifest template (deploy/krew/hpmount.yaml)
 // with the release's version and the archives' digests from SHA256SUMS; an
 // archive missing from the sums is an error, never an empty sha256.
 func RenderKrewManifest(tmpl []byte, version string, sums io.Reader) ([]byte, error) {

@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package plugin_test
+package cli_test
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // TestVersionOfTheBuild builds both commands as an operator would: a
@@ -53,7 +53,7 @@ func TestVersionOfTheBuild(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s version -o json: %v", cmd, err)
 			}
-			var b plugin.Build
+			var b cli.Build
 			if err := json.Unmarshal(out, &b); err != nil || !strings.HasPrefix(b.Version, c.version) || b.Revision != c.revision || b.GoVersion == "" {
 				t.Errorf("%s version -o json: %s (%v), want version %q..., revision %q", cmd, out, err, c.version, c.revision)
 			}

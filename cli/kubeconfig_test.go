@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package plugin_test
+package cli_test
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 	"github.com/hpmount/hpmount/test/cluster"
 )
 
@@ -50,13 +50,13 @@ func TestKubeconfigLoading(t *testing.T) {
 	second := writeContext(t, ctx, c, filepath.Join(dir, "second"), "bob")
 	tests := []struct {
 		name, env      string
-		flags          plugin.KubeFlags
+		flags          cli.KubeFlags
 		wantUser, want string
 	}{
 		{name: "KUBECONFIG list, first file's current-context", env: first + ":" + second, wantUser: "alice", want: "ns-alice"},
-		{name: "KUBECONFIG list, --context from the second file", env: first + ":" + second, flags: plugin.KubeFlags{Context: "bob"}, wantUser: "bob", want: "ns-bob"},
-		{name: "--kubeconfig wins over KUBECONFIG", env: first, flags: plugin.KubeFlags{Kubeconfig: second}, wantUser: "bob", want: "ns-bob"},
-		{name: "-n wins over the context", env: first, flags: plugin.KubeFlags{Namespace: "vms"}, wantUser: "alice", want: "vms"},
+		{name: "KUBECONFIG list, --context from the second file", env: first + ":" + second, flags: cli.KubeFlags{Context: "bob"}, wantUser: "bob", want: "ns-bob"},
+		{name: "--kubeconfig wins over KUBECONFIG", env: first, flags: cli.KubeFlags{Kubeconfig: second}, wantUser: "bob", want: "ns-bob"},
+		{name: "-n wins over the context", env: first, flags: cli.KubeFlags{Namespace: "vms"}, wantUser: "alice", want: "vms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,7 +98,7 @@ func TestMain(m *testing.M) {
 // kubeconfigChild loads the kubeconfig with no flags and prints whom it
 // authenticates as and its namespace.
 func kubeconfigChild() int {
-	var k plugin.KubeFlags
+	var k cli.KubeFlags
 	ns, err := k.ContextNamespace("fallback")
 	if err == nil {
 		var user string
@@ -111,7 +111,7 @@ func kubeconfigChild() int {
 	return 1
 }
 
-func whoAmI(t *testing.T, ctx context.Context, k *plugin.KubeFlags) string {
+func whoAmI(t *testing.T, ctx context.Context, k *cli.KubeFlags) string {
 	t.Helper()
 	user, err := selfUser(ctx, k)
 	if err != nil {
@@ -121,7 +121,7 @@ func whoAmI(t *testing.T, ctx context.Context, k *plugin.KubeFlags) string {
 }
 
 // selfUser asks the API server whom k's kubeconfig authenticates as.
-func selfUser(ctx context.Context, k *plugin.KubeFlags) (string, error) {
+func selfUser(ctx context.Context, k *cli.KubeFlags) (string, error) {
 	cfg, err := k.RESTConfig()
 	if err != nil {
 		return "", err
@@ -186,7 +186,7 @@ func TestKubeconfigNotFound(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("KUBECONFIG", filepath.Join(dir, "a")+string(os.PathListSeparator)+filepath.Join(dir, "b"))
-	_, err := (&plugin.KubeFlags{}).RESTConfig()
+	_, err := (&cli.KubeFlags{}).RESTConfig()
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "a")) || !strings.Contains(err.Error(), filepath.Join(dir, "b")) ||
 		strings.Contains(err.Error(), "KUBERNETES_MASTER") {
 		t.Errorf("error %v, want one naming both files", err)
@@ -233,7 +233,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"--context", "admin", "-n", "ns-alice", "vm-a", ""}, []string{"vm-b"}},
 		{[]string{"--context", "admin", "-A", ""}, []string{"vm-a", "vm-b"}},
 	} {
-		var k plugin.KubeFlags
+		var k cli.KubeFlags
 		var all bool
 		sub := &cobra.Command{Use: "sub", RunE: func(*cobra.Command, []string) error { return nil }}
 		k.Bind(sub.Flags(), "namespace")
@@ -267,7 +267,7 @@ func TestKubectlFlags(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("KUBECONFIG", filepath.Join(dir, "none"))
-	var k plugin.KubeFlags
+	var k cli.KubeFlags
 	cmd := &cobra.Command{Use: "x"}
 	k.Bind(cmd.Flags(), "the VMIs' namespace")
 	for _, name := range []string{"kubeconfig", "context", "cluster", "user", "server", "token", "as", "as-group",
@@ -292,7 +292,7 @@ func TestKubectlFlags(t *testing.T) {
 		t.Errorf("namespace %q, %v; want vms", ns, err)
 	}
 
-	var agent plugin.KubeFlags
+	var agent cli.KubeFlags
 	noNS := &cobra.Command{Use: "agent"}
 	agent.Bind(noNS.Flags(), "")
 	if noNS.Flags().Lookup("namespace") != nil || noNS.Flags().Lookup("kubeconfig") == nil {

@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package plugin
+package cli
 
 import (
 	"archive/tar"
@@ -48,11 +48,11 @@ type krewPlugin struct {
 	} `json:"spec"`
 }
 
-// TestKrewManifest renders plugins/krew/hpmount.yaml with the digests of
+// TestKrewManifest renders deploy/krew/hpmount.yaml with the digests of
 // real archives and checks what krew needs of each platform: the
 // release's archive URI, its sha256, and a bin the archive holds.
 func TestKrewManifest(t *testing.T) {
-	tmpl, err := os.ReadFile("../plugins/krew/hpmount.yaml")
+	tmpl, err := os.ReadFile("../deploy/krew/hpmount.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

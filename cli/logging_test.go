@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package plugin_test
+package cli_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/hpmount/hpmount/plugin"
+	"github.com/hpmount/hpmount/cli"
 )
 
 // TestLogFlags: the format and the level follow the flags, and klog's
@@ -20,11 +20,11 @@ import (
 func TestLogFlags(t *testing.T) {
 	tests := []struct {
 		name          string
-		flags         plugin.LogFlags
+		flags         cli.LogFlags
 		debug, klogV4 bool
 	}{
-		{"json, info", plugin.LogFlags{Format: plugin.LogFormatJSON}, false, false},
-		{"text, debug", plugin.LogFlags{Format: plugin.LogFormatText, Verbosity: 4}, true, true},
+		{"json, info", cli.LogFlags{Format: cli.LogFormatJSON}, false, false},
+		{"text, debug", cli.LogFlags{Format: cli.LogFormatText, Verbosity: 4}, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,13 +45,13 @@ func TestLogFlags(t *testing.T) {
 				}
 			}
 			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-				if isJSON := json.Valid([]byte(l)); isJSON != (tt.flags.Format == plugin.LogFormatJSON) {
+				if isJSON := json.Valid([]byte(l)); isJSON != (tt.flags.Format == cli.LogFormatJSON) {
 					t.Errorf("line %q: JSON %v, want format %s", l, isJSON, tt.flags.Format)
 				}
 			}
 		})
 	}
-	for _, bad := range []plugin.LogFlags{{Format: "xml"}, {Format: plugin.LogFormatJSON, Verbosity: -1}} {
+	for _, bad := range []cli.LogFlags{{Format: "xml"}, {Format: cli.LogFormatJSON, Verbosity: -1}} {
 		if _, err := bad.Logger(&bytes.Buffer{}); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}

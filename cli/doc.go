@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package plugin holds what the hpmount and kubectl-hpmount commands share
+// Package cli holds what the hpmount and kubectl-hpmount commands share
 // with kubectl: loading the kubeconfig the kubectl way (KubeFlags), the
 // Kubernetes components' logging flags with klog routed into the same
 // logger (LogFlags), exit statuses (Execute: 2 for usage and flag
@@ -15,4 +15,4 @@
 // It owns the command lines and client setup. It refuses the diagnosis
 // itself (package diag runs inside the agent pod) and any change to the
 // cluster: it lists pods and execs, nothing else.
-package plugin
+package cli
