@@ -69,20 +69,23 @@ func GenerateChart(deployDir string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	sa, _ := nested(ds, "spec", "template", "spec")["serviceAccountName"].(string)
+	if sa == "" {
+		return nil, errors.New("the base's DaemonSet names no serviceAccountName")
+	}
+	cc := chartContext{ns: ns, name: metaOf(ds, "name"), serviceAccount: sa, comps: comps}
 	files := map[string][]byte{}
 	for _, obj := range base {
 		if kindOf(obj) == "Namespace" {
 			continue // the release's namespace exists before helm installs (deploy/README.md)
 		}
-		if err := addTemplate(files, obj, ns, comps, ""); err != nil {
+		if err := addTemplate(files, obj, cc, ""); err != nil {
 			return nil, err
 		}
 	}
 	for _, c := range comps {
-		for _, obj := range c.objects {
-			if err := addTemplate(files, obj, ns, comps, c.value); err != nil {
-				return nil, fmt.Errorf("component %s: %w", c.dir, err)
-			}
+		if err := addComponentTemplates(files, c, cc, ds); err != nil {
+			return nil, fmt.Errorf("component %s: %w", c.dir, err)
 		}
 	}
 	if files["values.yaml"], err = valuesYAML(ds, comps); err != nil {
@@ -91,7 +94,7 @@ func GenerateChart(deployDir string) (map[string][]byte, error) {
 	if files["Chart.yaml"], err = chartYAML(ds, ns); err != nil {
 		return nil, err
 	}
-	files[helpersName] = []byte(helpersTpl)
+	files[helpersName] = []byte(helpersTpl(cc.name, sa))
 	return files, nil
 }
 
@@ -255,6 +258,36 @@ func appendedArgs(base, with object) ([]string, error) {
 		return nil, errors.New("changes the DaemonSet beyond appending args, which the chart generator cannot template")
 	}
 	return wargs[len(bargs):], nil
+}
+
+// addComponentTemplates adds the templates of the objects c adds. A
+// PodMonitor renders only when <c.value>.kind is PodMonitor; for
+// ServiceMonitor, a ServiceMonitor and the headless Service it scrapes
+// through, both made from the PodMonitor, render instead.
+func addComponentTemplates(files map[string][]byte, c component, cc chartContext, ds object) error {
+	for _, obj := range c.objects {
+		var conds []string
+		if kindOf(obj) == "PodMonitor" {
+			conds = append(conds, monitorKindIs(c.value, "PodMonitor"))
+		}
+		if err := addTemplate(files, obj, cc, c.value, conds...); err != nil {
+			return err
+		}
+	}
+	pm, err := c.podMonitor()
+	if err != nil || pm == nil {
+		return err
+	}
+	sm, svc, err := serviceMonitorOf(pm, ds)
+	if err != nil {
+		return err
+	}
+	for _, obj := range []object{sm, svc} {
+		if err := addTemplate(files, obj, cc, c.value, monitorKindIs(c.value, "ServiceMonitor")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prometheusOperator says whether the component adds the Prometheus

@@ -48,6 +48,7 @@ func TestChartNotes(t *testing.T) {
 		{`{}`, []string{"-n other rollout status daemonset/hpmount", "pod-security.kubernetes.io/enforce: privileged", "kubectl hpmount diag NODE", "set monitoring.enabled=true"}, []string{namespace}},
 		{`monitoring: {enabled: true}`, nil, []string{"set monitoring.enabled=true", "alerts.enabled is set"}},
 		{`alerts: {enabled: true}`, []string{"alerts.enabled is set without monitoring.enabled"}, nil},
+		{`{fullnameOverride: hpmount-canary, namespaceOverride: agents}`, []string{"-n agents rollout status daemonset/hpmount-canary", "--agent-namespace agents"}, []string{"-n other"}},
 	}
 	for _, tc := range tests {
 		notes := renderNotes(t, "other", valuesOf(t, tc.values))

@@ -84,46 +84,69 @@ func templateDaemonSet(ds object, t *template, comps []component) error {
 	c["imagePullPolicy"] = t.value(".Values.image.pullPolicy | quote")
 	c["resources"] = t.block(toYAMLBlock(".Values.resources"))
 	c["args"] = t.block(argsBlock(stringList(c["args"]), comps))
+	for _, p := range probes {
+		if _, ok := c[p]; !ok {
+			return fmt.Errorf("the agent has no %s, which the value's default would be", p)
+		}
+		c[p] = t.block(toYAMLBlock(".Values." + p))
+	}
+	env, _ := c["env"].([]any)
+	c["env"] = t.block(listBlock(env, ".Values.env"))
 	pod := nested(ds, "spec", "template", "spec")
 	pod["tolerations"] = t.block(toYAMLBlock(".Values.tolerations"))
+	pod["serviceAccountName"] = t.value(serviceAccountExpr)
 	for _, o := range podOptions {
 		delete(pod, o.key)
-		pod[t.optionalKey(o.key, ".Values."+o.value, o.block)] = ""
+		pod[t.optionalKey(o.key, o.expr, o.format)] = ""
 	}
-	nested(ds, "spec")["updateStrategy"] = t.block(toYAMLBlock(".Values.updateStrategy"))
+	spec := nested(ds, "spec")
+	spec["updateStrategy"] = t.block(toYAMLBlock(".Values.updateStrategy"))
+	if _, ok := spec["revisionHistoryLimit"]; ok {
+		return errors.New("the DaemonSet sets revisionHistoryLimit, which the value (default none) would replace")
+	}
+	spec[t.optionalKey("revisionHistoryLimit", ".Values.revisionHistoryLimit", optNumber)] = ""
 	podMeta := nested(ds, "spec", "template", "metadata")
 	labels, _ := podMeta["labels"].(map[string]any)
 	podMeta["labels"] = t.block(labelsBlock(labels, []string{".Values.podLabels"}))
 	if _, ok := podMeta["annotations"]; ok {
 		return errors.New("the pod template has annotations, which podAnnotations would replace")
 	}
-	podMeta[t.optionalKey("annotations", ".Values.podAnnotations", true)] = ""
+	podMeta[t.optionalKey("annotations", ".Values.podAnnotations", optBlock)] = ""
 	mounts, _ := c["volumeMounts"].([]any)
 	for _, m := range mounts {
 		if m, _ := m.(map[string]any); m["mountPath"] == root {
 			m["mountPath"] = t.value(rootValue)
 		}
 	}
-	volumes, _ := nested(ds, "spec", "template", "spec")["volumes"].([]any)
+	c["volumeMounts"] = t.block(listBlock(mounts, ".Values.extraVolumeMounts"))
+	volumes, _ := pod["volumes"].([]any)
 	for _, v := range volumes {
 		if hp := nested(v.(map[string]any), "hostPath"); hp["path"] == root {
 			hp["path"] = t.value(rootValue)
 		}
 	}
+	pod["volumes"] = t.block(listBlock(volumes, ".Values.extraVolumes"))
 	return nil
 }
+
+// probes are the agent's probes, each a value whose default is the base's.
+var probes = []string{"livenessProbe", "readinessProbe"}
+
+// imagePullSecretsExpr merges imagePullSecrets with global.imagePullSecrets
+// (an umbrella chart's or Rancher's), each Secret once.
+const imagePullSecretsExpr = `concat (.Values.imagePullSecrets | default list) (.Values.global.imagePullSecrets | default list) | uniq`
 
 // podOptions are the pod spec's keys that values set and that render only
 // when set: each value's default is the base's setting (none for affinity
 // and imagePullSecrets), and an empty value leaves the key out.
 var podOptions = []struct {
-	key, value string
-	block      bool
+	key, expr string
+	format    optionalFormat
 }{
-	{"affinity", "affinity", true},
-	{"imagePullSecrets", "imagePullSecrets", true},
-	{"nodeSelector", "nodeSelector", true},
-	{"priorityClassName", "priorityClassName", false},
+	{"affinity", ".Values.affinity", optBlock},
+	{"imagePullSecrets", imagePullSecretsExpr, optBlock},
+	{"nodeSelector", ".Values.nodeSelector", optBlock},
+	{"priorityClassName", ".Values.priorityClassName", optQuote},
 }
 
 // argsBlock lists the base's arguments, each Component's behind its
@@ -181,13 +204,25 @@ func valuesYAML(ds object, comps []component) ([]byte, error) {
 		comment string
 		value   map[string]any
 	}{
+		{"Object names: fullnameOverride; else, with nameOverride, <release>-<nameOverride>; else\n" +
+			"# the base's (" + metaOf(ds, "name") + "), whatever the release's name, so that an upgrade never renames the\n" +
+			"# DaemonSet (two agents per node meanwhile). Other names start with it (<name>-volume-status);\n" +
+			"# labels and selectors keep the base's. namespaceOverride: the objects' namespace, else the\n" +
+			"# release's.",
+			map[string]any{"nameOverride": "", "fullnameOverride": "", "namespaceOverride": ""}},
 		{"The agent's image, as deploy/kustomization.yaml pins it: [registry/]repository, then\n" +
-			"# @digest if set (the tag is then ignored), else :tag. Rancher's\n" +
+			"# @digest if set (the tag is then ignored), else :tag. global.imageRegistry, else Rancher's\n" +
 			"# global.cattle.systemDefaultRegistry, when set, replaces the registry.",
 			map[string]any{"image": map[string]any{"registry": registry, "repository": repo, "tag": tag, "digest": "",
 				"pullPolicy": c["imagePullPolicy"]}}},
-		{"Secrets (by name, in the release's namespace) for pulling the image from a private registry.",
+		{"Secrets (by name, in the chart's namespace) for pulling the image from a private registry;\n" +
+			"# global.imagePullSecrets are added to them.",
 			map[string]any{"imagePullSecrets": []any{}}},
+		{"Values an umbrella chart (or Rancher) shares with its subcharts. imageRegistry, when set,\n" +
+			"# replaces image.registry and Rancher's cattle.systemDefaultRegistry: it is chosen for this\n" +
+			"# release, while Rancher passes its registry to every app. imagePullSecrets are added to\n" +
+			"# imagePullSecrets, each Secret once.",
+			map[string]any{"global": map[string]any{"imageRegistry": "", "imagePullSecrets": []any{}}}},
 		{"The kubelet's --root-dir on the nodes: the hostPath, its mount and --kubelet-root follow it.",
 			map[string]any{"kubeletRoot": root}},
 		{"Every taint is tolerated: a node that can run a VM needs its agent.",
@@ -200,12 +235,34 @@ func valuesYAML(ds object, comps []component) ([]byte, error) {
 			map[string]any{"podLabels": map[string]any{}, "podAnnotations": map[string]any{}}},
 		{"How the DaemonSet rolls out: mounts live in the host namespace and survive a restart.",
 			map[string]any{"updateStrategy": nested(ds, "spec")["updateStrategy"]}},
+		{"Old ControllerRevisions the DaemonSet keeps for rollback; null leaves Kubernetes' default (10).",
+			map[string]any{"revisionHistoryLimit": nil}},
+		{"More labels on every object and the agent pods, beside the chart's own (which they cannot\n" +
+			"# replace); never on selectors, which cannot change after install.",
+			map[string]any{"commonLabels": map[string]any{}}},
 		{"The agent must not be evicted before the VMs it serves.",
 			map[string]any{"priorityClassName": pod["priorityClassName"]}},
 		{"GOMEMLIMIT follows limits.memory, so the schema requires it; no CPU limit (throttling only delays mounts).",
 			map[string]any{"resources": c["resources"]}},
 		{"More `hpmount agent` flags (README section 3), e.g. --create-disk-images.",
 			map[string]any{"extraArgs": []string{}}},
+		{"More core/v1 EnvVars of the agent container, after the base's NODE_NAME and GOMEMLIMIT\n" +
+			"# (which the schema keeps them from repeating).",
+			map[string]any{"env": []any{}}},
+		{"More core/v1 Volumes of the agent pods, and VolumeMounts of its container, after the\n" +
+			"# base's (whose names the schema keeps them from repeating).",
+			map[string]any{"extraVolumes": []any{}, "extraVolumeMounts": []any{}}},
+		{"The agent's probes, on its health port (/healthz: the process is alive; /readyz: its caches\n" +
+			"# synced; neither asks the API server, agent/health.go). helm merges a setting into them;\n" +
+			"# set httpGet: null to replace the handler.",
+			map[string]any{"livenessProbe": c["livenessProbe"], "readinessProbe": c["readinessProbe"]}},
+		{"The ServiceAccount the agent runs as. With create: false the chart creates none and the\n" +
+			"# agent runs as name (then required), which must exist in the chart's namespace; else\n" +
+			"# name (empty for the base's) is the one the chart creates, with annotations.",
+			map[string]any{"serviceAccount": map[string]any{"create": true, "name": "", "annotations": map[string]any{}}}},
+		{"With create: false the chart renders no ClusterRole or ClusterRoleBinding, the components'\n" +
+			"# included: grant the ServiceAccount what deploy/rbac.yaml (and each component's rbac.yaml) does.",
+			map[string]any{"rbac": map[string]any{"create": true}}},
 	}
 	for _, comp := range comps {
 		v := map[string]any{"enabled": false}
@@ -213,6 +270,24 @@ func valuesYAML(ds object, comps []component) ([]byte, error) {
 		if comp.prometheusOperator() {
 			v["labels"] = map[string]any{}
 			comment += "\n# labels: more labels on its objects, e.g. release: <name> for kube-prometheus-stack."
+		}
+		pm, err := comp.podMonitor()
+		if err != nil {
+			return nil, fmt.Errorf("component %s: %w", comp.dir, err)
+		}
+		if pm != nil {
+			d, err := monitorDefaults(pm)
+			if err != nil {
+				return nil, fmt.Errorf("component %s: %w", comp.dir, err)
+			}
+			for k, val := range d {
+				v[k] = val
+			}
+			comment += "\n# kind: PodMonitor, or ServiceMonitor (with a headless Service on the agents' metrics port)\n" +
+				"# for a Prometheus that selects only ServiceMonitors. interval and scrapeTimeout are the\n" +
+				"# endpoint's. honorLabels keeps the per-volume series' namespace label (the VMI's) as\n" +
+				"# namespace rather than exported_namespace, so their alerts route by the tenant's namespace.\n" +
+				"# relabelings and metricRelabelings follow the base's relabeling (node, which the alerts read)."
 		}
 		if comp.dashboard() {
 			v["namespace"] = ""

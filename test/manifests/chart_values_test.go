@@ -133,8 +133,8 @@ func labelCheck(kind, key, want string) func(*testing.T, []object) string {
 
 const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// valueCases has one render per value of values.yaml;
-// TestChartEveryValueRendered fails for a value without one.
+// valueCases (and operatorValueCases) have one render per value of
+// values.yaml; TestChartEveryValueRendered fails for a value without one.
 var valueCases = []valueCase{
 	{"image.registry", `image: {registry: "registry.local:5000"}`, dsCheck(func(ds appsv1.DaemonSet) (string, string) {
 		return ds.Spec.Template.Spec.Containers[0].Image, "registry.local:5000/hpmount/hpmount:v0.1.0"
@@ -260,7 +260,7 @@ var valueCases = []valueCase{
 // labels and validates against values.schema.json (helm validates first).
 func TestChartEachValue(t *testing.T) {
 	c := loadChart(t)
-	for i, vc := range valueCases {
+	for i, vc := range everyValueCase() {
 		t.Run(fmt.Sprintf("%s/%d", vc.key, i), func(t *testing.T) {
 			objs, err := renderChart(c, "other", valuesOf(t, vc.values))
 			if err != nil {
@@ -276,13 +276,14 @@ func TestChartEachValue(t *testing.T) {
 
 // leafKeys lists the paths of values.yaml's keys: a map's keys are walked
 // into, except maps whose keys are the operator's (labels, selectors,
-// resources), which are one value.
+// resources) or that are one object of the API (probes), which are one
+// value.
 func leafKeys(prefix string, v map[string]any) []string {
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(v)) {
 		path := strings.TrimPrefix(prefix+"."+k, ".")
 		m, isMap := v[k].(map[string]any)
-		if !isMap || len(m) == 0 || slices.Contains([]string{"nodeSelector", "resources", "updateStrategy"}, path) {
+		if !isMap || len(m) == 0 || slices.Contains([]string{"nodeSelector", "resources", "updateStrategy", "livenessProbe", "readinessProbe"}, path) {
 			out = append(out, path)
 			continue
 		}
@@ -297,7 +298,7 @@ func TestChartEveryValueRendered(t *testing.T) {
 	c := loadChart(t)
 	keys := append(leafKeys("", c.Values), "global.cattle.systemDefaultRegistry")
 	for _, k := range keys {
-		if !slices.ContainsFunc(valueCases, func(vc valueCase) bool { return vc.key == k }) {
+		if !slices.ContainsFunc(everyValueCase(), func(vc valueCase) bool { return vc.key == k }) {
 			t.Errorf("value %s has no render test in valueCases", k)
 		}
 	}
@@ -318,6 +319,16 @@ podAnnotations: {example.com/team: storage}
 podLabels: {example.com/team: storage}
 updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: "10%"}}
 extraArgs: [--create-disk-images]
+fullnameOverride: hpmount-canary
+commonLabels: {example.com/owner: platform}
+revisionHistoryLimit: 3
+env: [{name: GODEBUG, value: madvdontneed=1}]
+extraVolumes: [{name: ca, configMap: {name: corp-ca}}]
+extraVolumeMounts: [{name: ca, mountPath: /etc/ssl/corp, readOnly: true}]
+livenessProbe: {periodSeconds: 20}
+readinessProbe: {httpGet: null, tcpSocket: {port: health}}
+global: {imageRegistry: mirror.corp, imagePullSecrets: [{name: corp}]}
+serviceAccount: {name: hpmount-agent, annotations: {example.com/role: hotplug}}
 dashboards: {enabled: true}
 volumeStatus: {enabled: true}
 storageView: {enabled: true}
