@@ -50,6 +50,18 @@ func (n *Node) DeployAgent(ctx context.Context, binary string) (*DeployedAgent, 
 	if err != nil {
 		return nil, err
 	}
+	return n.RunDaemonSet(ctx, binary, ds)
+}
+
+// RunDaemonSet does the DaemonSet controller's part for ds on this node,
+// where no controller runs, whatever installed ds (deploy/'s render, or
+// helm): it imports binary as the image ds names, creates the pod from
+// ds's template with AgentOverrides, and returns once the kubelet reports
+// it Ready, or, with the error, once it failed to.
+func (n *Node) RunDaemonSet(ctx context.Context, binary string, ds *appsv1.DaemonSet) (*DeployedAgent, error) {
+	if err := harness.CheckStatic(binary); err != nil {
+		return nil, fmt.Errorf("agent binary: %w", err)
+	}
 	data, err := os.ReadFile(binary)
 	if err != nil {
 		return nil, fmt.Errorf("read agent binary: %w", err)

@@ -8,8 +8,11 @@
 # $HOME/.cache/hpmount/bin.
 #
 # A binary is rebuilt only when it is missing or when its module's go.mod,
-# go.sum or main.go changed: the sha256 of those files is kept in
-# <binary>.stamp next to the binary. Safe to run concurrently (flock).
+# go.sum or main.go, or its version flags, changed: the sha256 of those is
+# kept in <binary>.stamp next to the binary. The kubelet and kube-apiserver
+# get their version stamped from k8s.io/kubernetes in go.mod, as a release
+# build does: unstamped they report v0.0.0-master, which the API server's
+# version skew checks and helm's kubeVersion check read as nonsense. Safe to run concurrently (flock).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +33,7 @@ fi
 # warm cache does not rebuild it.
 version_flags() {
 	local v major minor
-	[[ $2 == kubelet ]] || return 0
+	[[ $2 == kubelet || $2 == kube-apiserver ]] || return 0
 	v=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$1")
 	[[ $v =~ ^v([0-9]+)\.([0-9]+)\. ]] || { echo "tools: no k8s.io/kubernetes version in $1" >&2; exit 1; }
 	major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}
@@ -50,7 +53,8 @@ for tool in "${tools[@]}"; do
 		exit 1
 	fi
 	bin=$out/$tool
-	want=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -d' ' -f1)
+	flags=$(version_flags "$src/go.mod" "$tool")
+	want=$({ cat "$src/go.mod" "$src/go.sum" "$src/main.go"; [[ -z $flags ]] || echo "$flags"; } | sha256sum | cut -d' ' -f1)
 	have=$(cat "$bin.stamp" 2>/dev/null || true)
 	if [[ -x $bin && $have == "$want" ]]; then
 		echo "tools: $tool is up to date ($bin)"
@@ -63,7 +67,7 @@ for tool in "${tools[@]}"; do
 	fi
 	start=$SECONDS
 	# Build next to the target and rename, so a reader never sees half a binary.
-	(cd "$src" && GOWORK=off go build -ldflags "$(version_flags "$src/go.mod" "$tool")" -o "$bin.tmp.$$" .)
+	(cd "$src" && GOWORK=off go build -ldflags "$flags" -o "$bin.tmp.$$" .)
 	mv -f "$bin.tmp.$$" "$bin"
 	echo "$want" >"$bin.stamp"
 	echo "tools: $tool built in $((SECONDS - start))s"
