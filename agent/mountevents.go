@@ -12,26 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// MountChange is one batch of mount changes the node reported.
-type MountChange struct {
-	// Launchers are the launcher pods whose hotplug-disks a mount was
-	// attached to or detached from.
-	Launchers []types.UID
-	// Lost: the node dropped changes, so any launcher may have changed.
-	Lost bool
-}
-
-// MountWatcher is an Engine that reports mount changes in launchers'
-// hotplug-disks as they happen (node.Engine, through package mountwatch,
-// on Linux ≥ 6.15). A foreign unmount of a target, or a mount stacked on
-// one, is then repaired at once; without it, at the next resync.
-type MountWatcher interface {
-	// WatchMounts calls changed with every batch until ctx ends, from one
-	// goroutine. It returns an error wrapping errors.ErrUnsupported at once
-	// when the node reports no mount changes.
-	WatchMounts(ctx context.Context, changed func(MountChange)) error
-}
-
 // The agent's own attaches and detaches are reported too, so each of its
 // changing passes is followed by one pass that finds nothing to do and
 // changes nothing. A fight with another mounter (one that stacks again at

@@ -24,17 +24,6 @@ import (
 // costs a few passes a second at most. The agent's own restore rewrites
 // the rules too, and brings one more pass, which changes nothing.
 
-// RuleWatcher is an Engine that reports the launchers whose device rules
-// were rewritten (node.Engine, asking the device cgroups every half
-// second, on cgroup v1 every two).
-type RuleWatcher interface {
-	// WatchRules calls changed with every batch of launchers whose rules
-	// were rewritten, by anyone, until ctx ends, from one goroutine.
-	// It returns an error wrapping errors.ErrUnsupported at once when the
-	// node cannot tell.
-	WatchRules(ctx context.Context, changed func(MountChange)) error
-}
-
 // watchRules runs the engine's rule watcher, if it has one, until ctx
 // ends. The resync stays the safety net.
 func (a *Agent) watchRules(ctx context.Context) {

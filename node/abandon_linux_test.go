@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/internal/sandbox"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
@@ -61,17 +61,17 @@ func TestAbandonedAttachBindsNothing(t *testing.T) {
 			}
 			before := memos(e)
 			ctx := context.Background()
-			v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-				Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+			v := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+				Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
 			snap, err := e.Snapshot(ctx)
 			must(t, err)
-			if r, err := e.Attach(ctx, snap, v); !errors.Is(err, agent.ErrStuck) {
-				t.Fatalf("attach held at %q = %s, %v; want agent.ErrStuck", tc.step, r, err)
+			if r, err := e.Attach(ctx, snap, v); !errors.Is(err, hotplug.ErrStuck) {
+				t.Fatalf("attach held at %q = %s, %v; want hotplug.ErrStuck", tc.step, r, err)
 			}
 			waitClosed(t, held, "the attach to reach "+tc.step)
 			snap, err = e.Snapshot(ctx)
 			must(t, err)
-			if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: "fs", Mode: kubevirt.Filesystem}); err != nil || r != tc.wantDetach {
+			if r, err := e.Detach(ctx, snap, launcherUID, hotplug.ObservedVolume{Name: "fs", Mode: kubevirt.Filesystem}); err != nil || r != tc.wantDetach {
 				t.Fatalf("detach = %s, %v; want %s", r, err, tc.wantDetach)
 			}
 			close(release)
@@ -104,8 +104,8 @@ func TestAbandonedCheckWritesNoMemo(t *testing.T) {
 	n := newLinkedRoot(t)
 	l, procs, e := n.ownLauncherView(t)
 	ctx := context.Background()
-	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	v := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
 	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
@@ -118,7 +118,7 @@ func TestAbandonedCheckWritesNoMemo(t *testing.T) {
 	e.forgetLauncher(launcherUID)
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
-	if o, err := e.Observe(ctx, snap, launcherUID); err != nil || len(o) != 1 || !errors.Is(o[0].Unchecked, agent.ErrStuck) {
+	if o, err := e.Observe(ctx, snap, launcherUID); err != nil || len(o) != 1 || !errors.Is(o[0].Unchecked, hotplug.ErrStuck) {
 		t.Fatalf("observe while the check hangs = %+v, %v; want the entry unchecked", o, err)
 	}
 	e.forgetLauncher(launcherUID)
@@ -287,11 +287,11 @@ func waitStuckPast(t *testing.T, ns *isolation.MountNamespace, limit time.Durati
 func TestObserveIsolatesAHungVolume(t *testing.T) {
 	e, fs := hungVolumeEngine(t)
 	ctx := context.Background()
-	healthy := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
-	hung := agent.DesiredVolume{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}}
-	attach := func(v agent.DesiredVolume) {
+	healthy := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	hung := hotplug.DesiredVolume{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}}
+	attach := func(v hotplug.DesiredVolume) {
 		t.Helper()
 		snap, err := e.Snapshot(ctx)
 		must(t, err)
@@ -316,12 +316,12 @@ func TestObserveIsolatesAHungVolume(t *testing.T) {
 				t.Errorf("the healthy volume beside the hung one: %+v", o)
 			}
 		case "hung":
-			if !errors.Is(o.Unchecked, agent.ErrStuck) || !o.Mounted {
+			if !errors.Is(o.Unchecked, hotplug.ErrStuck) || !o.Mounted {
 				t.Errorf("the hung volume: %+v, want mounted and unchecked (stuck)", o)
 			}
 		}
 	}
-	if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: "fs", Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
+	if r, err := e.Detach(ctx, snap, launcherUID, hotplug.ObservedVolume{Name: "fs", Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
 		t.Fatalf("detach of the healthy volume meanwhile = %s, %v", r, err)
 	}
 	attach(healthy)
@@ -331,7 +331,7 @@ func TestObserveIsolatesAHungVolume(t *testing.T) {
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
 	for _, name := range []string{"fs", "hung"} {
-		if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: name, Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
+		if r, err := e.Detach(ctx, snap, launcherUID, hotplug.ObservedVolume{Name: name, Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
 			t.Fatalf("detach %s = %s, %v", name, r, err)
 		}
 	}
@@ -358,9 +358,9 @@ func hungVolumeEngine(t *testing.T) (*Engine, *sandbox.HangingFS) {
 func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 	e, fs := hungVolumeEngine(t)
 	ctx := context.Background()
-	for _, v := range []agent.DesiredVolume{
-		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
-		{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}},
+	for _, v := range []hotplug.DesiredVolume{
+		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
+		{Name: "hung", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-hung"}},
 	} {
 		snap, err := e.Snapshot(ctx)
 		must(t, err)
@@ -368,7 +368,7 @@ func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 			t.Fatalf("attach %s = %s, %v; want mounted", v.Name, r, err)
 		}
 	}
-	observe := func() map[string]agent.ObservedVolume {
+	observe := func() map[string]hotplug.ObservedVolume {
 		t.Helper()
 		snap, err := e.Snapshot(ctx)
 		must(t, err)
@@ -376,7 +376,7 @@ func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 		if err != nil || len(obs) != 2 {
 			t.Fatalf("observe = %+v, %v; want both entries", obs, err)
 		}
-		byName := map[string]agent.ObservedVolume{}
+		byName := map[string]hotplug.ObservedVolume{}
 		for _, o := range obs {
 			byName[o.Name] = o
 		}
@@ -403,7 +403,7 @@ func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 	}
 	// Past the deadline it is stuck, and no second probe was started.
 	hang := time.Now().Add(10 * time.Second) // detects a hang only
-	for o := observe()["hung"]; !errors.Is(o.Unchecked, agent.ErrStuck); o = observe()["hung"] {
+	for o := observe()["hung"]; !errors.Is(o.Unchecked, hotplug.ErrStuck); o = observe()["hung"] {
 		if time.Now().After(hang) {
 			t.Fatalf("the hung volume 10 s on: %+v, want unchecked", o)
 		}
@@ -424,7 +424,7 @@ func TestObserveFindsStorageThatHangsLater(t *testing.T) {
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
 	for _, name := range []string{"fs", "hung"} {
-		if r, err := e.Detach(ctx, snap, launcherUID, agent.ObservedVolume{Name: name, Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
+		if r, err := e.Detach(ctx, snap, launcherUID, hotplug.ObservedVolume{Name: name, Mode: kubevirt.Filesystem}); err != nil || r != outcome.Removed {
 			t.Fatalf("detach %s = %s, %v", name, r, err)
 		}
 	}
@@ -440,7 +440,7 @@ func TestProbeWaitHoldsNoWorker(t *testing.T) {
 	e, fs := hungVolumeEngine(t)
 	ctx := context.Background()
 	attachFile(t, e, "hung", "pv-hung")
-	observe := func() []agent.ObservedVolume {
+	observe := func() []hotplug.ObservedVolume {
 		snap, err := e.Snapshot(ctx)
 		must(t, err)
 		obs, err := e.Observe(ctx, snap, launcherUID)
@@ -452,7 +452,7 @@ func TestProbeWaitHoldsNoWorker(t *testing.T) {
 	}
 	e.callTimeout = time.Hour
 	fs.Hang()
-	done := make(chan []agent.ObservedVolume, 1)
+	done := make(chan []hotplug.ObservedVolume, 1)
 	go func() { done <- observe() }()
 	select {
 	case obs := <-done:
@@ -485,8 +485,8 @@ func TestAbandonedListingClosesItsBinds(t *testing.T) {
 	defer func() { listed = nil }()
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
-	if _, err := e.Observe(ctx, snap, launcherUID); !errors.Is(err, agent.ErrStuck) {
-		t.Fatalf("observe while the listing is held = %v, want agent.ErrStuck", err)
+	if _, err := e.Observe(ctx, snap, launcherUID); !errors.Is(err, hotplug.ErrStuck) {
+		t.Fatalf("observe while the listing is held = %v, want hotplug.ErrStuck", err)
 	}
 	close(release)
 	waitUnstuck(t, e.lookerOf(launcherUID).ns)
@@ -520,8 +520,8 @@ func TestAttachSightHoldsNoLooker(t *testing.T) {
 	go func() {
 		snap, err := e.Snapshot(ctx)
 		if err == nil {
-			_, err = e.Attach(ctx, snap, agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-				Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}})
+			_, err = e.Attach(ctx, snap, hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+				Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}})
 		}
 		done <- err
 	}()
@@ -532,7 +532,7 @@ func TestAttachSightHoldsNoLooker(t *testing.T) {
 		t.Fatalf("observe while the attach's question is held = %v, want no error", err)
 	}
 	let()
-	if err := <-done; err != nil && !errors.Is(err, agent.ErrStuck) {
+	if err := <-done; err != nil && !errors.Is(err, hotplug.ErrStuck) {
 		t.Fatalf("the held attach = %v, want mounted or stuck", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -572,7 +572,7 @@ func attachFile(t *testing.T, e *Engine, name, pv string) {
 	ctx := context.Background()
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
-	v := agent.DesiredVolume{Name: name, Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: pv}}
+	v := hotplug.DesiredVolume{Name: name, Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: pv}}
 	if r, err := e.Attach(ctx, snap, v); err != nil || r != outcome.Mounted {
 		t.Fatalf("attach = %s, %v; want mounted", r, err)
 	}
@@ -596,7 +596,7 @@ func TestHeldThreadsAreBounded(t *testing.T) {
 		}
 	}()
 	hang := func(ns *isolation.MountNamespace) error { return ns.Do(func() error { <-release; return nil }) }
-	for i, want := range []error{isolation.ErrStuck, isolation.ErrStuck, agent.ErrStuck} {
+	for i, want := range []error{isolation.ErrStuck, isolation.ErrStuck, hotplug.ErrStuck} {
 		ran := false
 		err := c.run(growKey{"launcher", fmt.Sprint("v", i)}, "attach", func(ns *isolation.MountNamespace) error {
 			ran = true

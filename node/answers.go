@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/mount"
 )
 
@@ -151,7 +151,7 @@ func (m *answerMemo) put(k growKey, p *probe) {
 
 // answers is what a pass learnt of its launcher's storage: the volumes
 // whose filesystem did not answer by its deadline (errors wrapping
-// agent.ErrStuck), and those whose probe is still out within it, with the
+// hotplug.ErrStuck), and those whose probe is still out within it, with the
 // time left.
 type answers struct {
 	stuck     map[string]error
@@ -273,6 +273,6 @@ func (p *probe) returned(ctx context.Context) bool {
 }
 
 func notAnswered(target string, since time.Time) error {
-	return fmt.Errorf("%w: the filesystem under %q has not answered since %s", agent.ErrStuck,
+	return fmt.Errorf("%w: the filesystem under %q has not answered since %s", hotplug.ErrStuck,
 		target, since.UTC().Format(time.RFC3339))
 }

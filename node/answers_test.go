@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 )
 
 // TestSlowStorageStaysStuck (#37, defect 6): storage that answers, but
@@ -50,7 +50,7 @@ func TestSlowStorageStaysStuck(t *testing.T) {
 				}
 			}
 			a := judge()
-			if got := errors.Is(a.stuck["slow"], agent.ErrStuck); got != tc.wantStuck {
+			if got := errors.Is(a.stuck["slow"], hotplug.ErrStuck); got != tc.wantStuck {
 				t.Fatalf("stuck = %v (%v), answering %v; want stuck %v", got, a.stuck["slow"], a.answering["slow"], tc.wantStuck)
 			}
 			if !tc.wantStuck && a.answering["slow"] <= 0 {

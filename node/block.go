@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mount"
@@ -68,7 +68,7 @@ type nodeChange struct {
 	uncovered bool
 }
 
-func (e *Engine) attachBlock(h hands, t *mountinfo.Table, v agent.DesiredVolume) (outcome.Result, error) {
+func (e *Engine) attachBlock(h hands, t *mountinfo.Table, v hotplug.DesiredVolume) (outcome.Result, error) {
 	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
 		return e.keepBlock(h, t, v, fmt.Errorf("block volume %q: %w: no attachment pod publishes it", v.Name, kubelet.ErrNotPublished))
 	}
@@ -124,7 +124,7 @@ func (e *Engine) attachBlock(h hands, t *mountinfo.Table, v agent.DesiredVolume)
 
 // ensureNode makes the launcher's node for p, removing first, when uncover
 // is set, whatever is mounted on its name.
-func (e *Engine) ensureNode(h hands, t *mountinfo.Table, v agent.DesiredVolume, p blockdev.Published, uncover bool) (nodeChange, error) {
+func (e *Engine) ensureNode(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, p blockdev.Published, uncover bool) (nodeChange, error) {
 	return inHotplugDisks(h, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (nodeChange, error) {
 		var c nodeChange
 		if uncover {
@@ -148,7 +148,7 @@ func (e *Engine) ensureNode(h hands, t *mountinfo.Table, v agent.DesiredVolume, 
 // none, or its cgroup is not there (not started yet; restarted, and the
 // status still names the old one), the rule calls fail and the agent
 // reports and retries: nothing is ever granted to the whole pod instead.
-func computeOf(v agent.DesiredVolume) blockdev.Container {
+func computeOf(v hotplug.DesiredVolume) blockdev.Container {
 	return blockdev.Container{PodUID: string(v.LauncherUID), ID: v.ComputeContainerID}
 }
 
@@ -159,7 +159,7 @@ func computeOf(v agent.DesiredVolume) blockdev.Container {
 // launcher's device rules, and QEMU's next open gets EPERM. The rule is
 // granted again only for a node confirmed to still name the disk it was
 // made for; a node that is not there stays not published.
-func (e *Engine) keepBlock(h hands, t *mountinfo.Table, v agent.DesiredVolume, notPublished error) (outcome.Result, error) {
+func (e *Engine) keepBlock(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, notPublished error) (outcome.Result, error) {
 	dev, err := inHotplugDisks(h, t, v.LauncherUID, func(live *isolation.Live, dir *os.File) (blockdev.Device, error) {
 		if _, err := mount.Uncover(live, t, dir, v.Name); err != nil {
 			return blockdev.Device{}, err

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -64,9 +64,9 @@ func newBlockScene(t *testing.T) *blockScene {
 	return s
 }
 
-func blockVolume(launcher types.UID) agent.DesiredVolume {
-	return agent.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcher, ComputeContainerID: "containerd://" + computeID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
+func blockVolume(launcher types.UID) hotplug.DesiredVolume {
+	return hotplug.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcher, ComputeContainerID: "containerd://" + computeID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
 }
 
 // hostFacts is what must not change about a host file, directory or
@@ -133,21 +133,21 @@ func (s *blockScene) unchanged(t *testing.T) {
 	}
 }
 
-func (s *blockScene) attach(t *testing.T, v agent.DesiredVolume) (outcome.Result, error) {
+func (s *blockScene) attach(t *testing.T, v hotplug.DesiredVolume) (outcome.Result, error) {
 	t.Helper()
 	snap, err := s.e.Snapshot(context.Background())
 	must(t, err)
 	return s.e.Attach(context.Background(), snap, v)
 }
 
-func (s *blockScene) observe(t *testing.T, launcher types.UID) ([]agent.ObservedVolume, error) {
+func (s *blockScene) observe(t *testing.T, launcher types.UID) ([]hotplug.ObservedVolume, error) {
 	t.Helper()
 	snap, err := s.e.Snapshot(context.Background())
 	must(t, err)
 	return s.e.Observe(context.Background(), snap, launcher)
 }
 
-func (s *blockScene) detach(t *testing.T, o agent.ObservedVolume) (outcome.Result, error) {
+func (s *blockScene) detach(t *testing.T, o hotplug.ObservedVolume) (outcome.Result, error) {
 	t.Helper()
 	snap, err := s.e.Snapshot(context.Background())
 	must(t, err)
@@ -210,7 +210,7 @@ func TestBlockHotplugDisksHostBind(t *testing.T) {
 			if _, err := s.observe(t, launcherUID); !errors.Is(err, isolation.ErrUnsafePath) {
 				t.Errorf("observe = %v, want unsafe", err)
 			}
-			blk := agent.ObservedVolume{Name: "blk", Mode: kubevirt.Block}
+			blk := hotplug.ObservedVolume{Name: "blk", Mode: kubevirt.Block}
 			if r, err := s.detach(t, blk); !errors.Is(err, isolation.ErrUnsafePath) || r != outcome.Unchanged {
 				t.Errorf("detach = %s, %v; want unsafe", r, err)
 			}

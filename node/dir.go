@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
@@ -19,7 +19,7 @@ import (
 const CreateDiskImagesFlag = "--create-disk-images"
 
 // attachDir binds the published PVC's root onto hotplug-disks/<volume>.
-func (e *Engine) attachDir(h hands, t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+func (e *Engine) attachDir(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, src string) (outcome.Result, error) {
 	file, err := targetName(v.Name, kubelet.DirTargetName)
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
@@ -34,7 +34,7 @@ func (e *Engine) attachDir(h hands, t *mountinfo.Table, v agent.DesiredVolume, s
 // attachFile binds disk.img, first creating it if it is missing and the
 // engine may (Config.CreateDiskImages). A created image makes the result
 // Created.
-func (e *Engine) attachFile(h hands, t *mountinfo.Table, v agent.DesiredVolume, src string) (outcome.Result, error) {
+func (e *Engine) attachFile(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, src string) (outcome.Result, error) {
 	file, err := targetName(v.Name, kubelet.TargetName)
 	if err != nil {
 		return outcome.Unchanged, refusal(err)

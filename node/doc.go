@@ -1,8 +1,8 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package node is the real engine behind the agent's Engine interface:
-// everything the agent asks of the node, done in the host's mount
+// Package node is the real engine behind hotplug.Engine, the interface the
+// agent drives: everything the agent asks of the node, done in the host's mount
 // namespace by the packages that own each part.
 //
 //   - What is mounted, found one of two ways chosen at New (snapshot.go):

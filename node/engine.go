@@ -15,8 +15,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -27,7 +27,7 @@ import (
 	"github.com/hpmount/hpmount/propagation"
 )
 
-// Engine is the agent.Engine of a real node.
+// Engine is the hotplug.Engine of a real node.
 type Engine struct {
 	ns *isolation.MountNamespace
 	// lookers read for Observe on threads of their own (look.go).
@@ -75,7 +75,7 @@ type Engine struct {
 	gateErr error
 }
 
-var _ agent.Engine = (*Engine)(nil)
+var _ hotplug.Engine = (*Engine)(nil)
 
 // New joins the host mount namespace, resolves the kubelet root there and
 // opens the device-cgroup flavour in use.
@@ -297,7 +297,7 @@ const gateTTL = 30 * time.Second
 func hotplugDisks(launcher types.UID) string { return kubelet.HotplugDisksDir(string(launcher)) }
 
 // refusal turns tenant content the node will not touch into the agent's
-// refusal, and a call abandoned past its deadline into agent.ErrStuck;
+// refusal, and a call abandoned past its deadline into hotplug.ErrStuck;
 // other errors pass unchanged.
 func refusal(err error) error {
 	if errors.Is(err, isolation.ErrStuck) {
@@ -317,23 +317,23 @@ func refusal(err error) error {
 // of the volumes' filesystems that could hang (mount's lookAt); each
 // healthy bind's storage is then asked to answer off the namespace's
 // thread (answers.go) before anything else is asked of it.
-func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.UID) ([]agent.ObservedVolume, error) {
+func (e *Engine) Observe(ctx context.Context, s hotplug.Snapshot, launcher types.UID) ([]hotplug.ObservedVolume, error) {
 	ls, err := e.list(s, launcher, e.answers.waiting(launcher))
 	if err != nil {
 		return nil, err
 	}
 	e.checkBinds(ctx, launcher, ls)
-	out := make([]agent.ObservedVolume, 0, len(ls.binds)+len(ls.nodes))
+	out := make([]hotplug.ObservedVolume, 0, len(ls.binds)+len(ls.nodes))
 	for _, b := range ls.binds {
 		out = append(out, b.o)
 	}
 	for _, n := range ls.nodes {
 		if n.Covered {
 			// Not a node QEMU can reach: the next attach removes the mount.
-			out = append(out, agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, Mounted: true})
+			out = append(out, hotplug.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, Mounted: true})
 			continue
 		}
-		o := agent.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor}
+		o := hotplug.ObservedVolume{Name: n.Name, Mode: kubevirt.Block, DeviceMajor: n.Device.Major, DeviceMinor: n.Device.Minor}
 		o.StaleWhy, o.Unchecked = e.staleOpen(launcher, n.Name, n.Name, entryKey{device: n.Device})
 		o.StaleOpen = o.StaleWhy != ""
 		out = append(out, o)
@@ -347,13 +347,13 @@ func (e *Engine) Observe(ctx context.Context, s agent.Snapshot, launcher types.U
 // bind is an observed file or directory bind: what the agent is told, and
 // what the engine's checks of it need.
 type bind struct {
-	o      agent.ObservedVolume
+	o      hotplug.ObservedVolume
 	target string
 	entry  entryKey
 }
 
 func bindOf(f mount.Observed, mode kubevirt.VolumeMode, target string) bind {
-	return bind{target: target, entry: fileEntry(f), o: agent.ObservedVolume{Name: f.Name, Mode: mode, Mounted: f.Mounted,
+	return bind{target: target, entry: fileEntry(f), o: hotplug.ObservedVolume{Name: f.Name, Mode: mode, Mounted: f.Mounted,
 		Stacked: f.Depth, SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}}
 }
 
@@ -399,19 +399,19 @@ func (e *Engine) checkBinds(ctx context.Context, launcher types.UID, ls listing)
 // Attach bind-mounts a filesystem volume's disk.img (creating it first if
 // it is missing and Config.CreateDiskImages allows), binds a directory
 // volume's PVC root, or makes and allows a block volume's node.
-func (e *Engine) Attach(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
+func (e *Engine) Attach(ctx context.Context, s hotplug.Snapshot, v hotplug.DesiredVolume) (outcome.Result, error) {
 	r, err := e.attach(s, v)
 	forgetListed(s, v.LauncherUID, r, err)
 	return r, err
 }
 
-func (e *Engine) attach(s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
+func (e *Engine) attach(s hotplug.Snapshot, v hotplug.DesiredVolume) (outcome.Result, error) {
 	return onStorage(e, e.calls, growKey{v.LauncherUID, v.Name}, "attach", func(h hands) (outcome.Result, error) {
 		return e.attachOn(h, s, v)
 	})
 }
 
-func (e *Engine) attachOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (outcome.Result, error) {
+func (e *Engine) attachOn(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (outcome.Result, error) {
 	if v.Mode == kubevirt.Block {
 		t, err := e.tableFor(h.ns, s, v.LauncherUID)
 		if err != nil {
@@ -439,19 +439,19 @@ func (e *Engine) attachOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (out
 
 // Detach unmounts and removes a filesystem or directory volume's target,
 // or removes a block node and its cgroup rule.
-func (e *Engine) Detach(ctx context.Context, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
+func (e *Engine) Detach(ctx context.Context, s hotplug.Snapshot, launcher types.UID, o hotplug.ObservedVolume) (outcome.Result, error) {
 	r, err := e.detach(s, launcher, o)
 	forgetListed(s, launcher, r, err)
 	return r, err
 }
 
-func (e *Engine) detach(s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
+func (e *Engine) detach(s hotplug.Snapshot, launcher types.UID, o hotplug.ObservedVolume) (outcome.Result, error) {
 	return onStorage(e, e.calls, growKey{launcher, o.Name}, "detach", func(h hands) (outcome.Result, error) {
 		return e.detachOn(h, s, launcher, o)
 	})
 }
 
-func (e *Engine) detachOn(h hands, s agent.Snapshot, launcher types.UID, o agent.ObservedVolume) (outcome.Result, error) {
+func (e *Engine) detachOn(h hands, s hotplug.Snapshot, launcher types.UID, o hotplug.ObservedVolume) (outcome.Result, error) {
 	t, err := e.tableFor(h.ns, s, launcher)
 	if err != nil {
 		return outcome.Unchanged, err
@@ -473,7 +473,7 @@ func (e *Engine) detachOn(h hands, s agent.Snapshot, launcher types.UID, o agent
 }
 
 // Launchers lists the pod directories whose hotplug-disks holds an entry.
-func (e *Engine) Launchers(ctx context.Context, s agent.Snapshot) ([]types.UID, error) {
+func (e *Engine) Launchers(ctx context.Context, s hotplug.Snapshot) ([]types.UID, error) {
 	return isolation.Call(e.ns, func() ([]types.UID, error) {
 		dirs, err := kubelet.LauncherDirs(e.root)
 		var uids []types.UID

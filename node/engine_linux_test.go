@@ -18,8 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -131,10 +131,10 @@ func TestEngineUnderALinkedKubeletRoot(t *testing.T) {
 		t.Fatalf("kubelet root = %+v, want %q resolved from %q", got, n.real, n.configured)
 	}
 	ctx := context.Background()
-	vols := []agent.DesiredVolume{
-		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
+	vols := []hotplug.DesiredVolume{
+		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
 		{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, ComputeContainerID: "containerd://" + computeID,
-			Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}},
+			Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}},
 	}
 	for pass, want := range []map[string]outcome.Result{
 		{"fs": outcome.Mounted, "blk": outcome.Created},
@@ -203,8 +203,8 @@ func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
 	must(t, err)
 	defer e.Close()
 	ctx := context.Background()
-	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	v := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
 	if _, err := e.Attach(ctx, snap, v); err != nil {
@@ -212,7 +212,7 @@ func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
 	}
 	// Two checks with nothing to grow: the second is answered from the
 	// memo, which the device's growth below must invalidate.
-	var first agent.GrowResult
+	var first hotplug.GrowResult
 	for i := range 2 {
 		snap, err = e.Snapshot(ctx)
 		must(t, err)
@@ -254,7 +254,7 @@ func TestGrowLeavesAPublishedVolumeToTheKubelet(t *testing.T) {
 // TestStuckCallIsAbandoned: a volume on a frozen filesystem blocks the
 // attach in the kernel (giving the bound disk.img to QEMU waits for the
 // thaw, as a frozen or dead storage backend would). The call is abandoned
-// at its deadline and reported as agent.ErrStuck, another launcher's attach
+// at its deadline and reported as hotplug.ErrStuck, another launcher's attach
 // goes on, and the liveness check passes even once the stuck call outlives
 // its limit: its thread sleeps uninterruptibly, so a restart would not end
 // it (TestLivenessOnlyWhenARestartHelps). (The frozen filesystem is the
@@ -281,21 +281,21 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 	snap, err := e.Snapshot(ctx)
 	must(t, err)
 	start := time.Now()
-	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, agent.ErrStuck) {
-		t.Fatalf("attach into a frozen filesystem = %v, want agent.ErrStuck", err)
+	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, hotplug.ErrStuck) {
+		t.Fatalf("attach into a frozen filesystem = %v, want hotplug.ErrStuck", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("the stuck attach took %s to be abandoned", took)
 	}
-	ok := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	ok := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
 	if got, err := e.Attach(ctx, snap, ok); err != nil || got != outcome.Mounted {
 		t.Fatalf("attach of another launcher meanwhile = %s, %v; want mounted", got, err)
 	}
 	// Asked again while the first call hangs: refused at once, and no
 	// second thread is spent on the volume.
-	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, agent.ErrStuck) || e.calls.held() != 1 {
-		t.Fatalf("attach again while the first hangs = %v with %d threads held; want agent.ErrStuck and 1", err, e.calls.held())
+	if _, err := e.Attach(ctx, snap, frozen); !errors.Is(err, hotplug.ErrStuck) || e.calls.held() != 1 {
+		t.Fatalf("attach again while the first hangs = %v with %d threads held; want hotplug.ErrStuck and 1", err, e.calls.held())
 	}
 	if got := e.StuckThreads(); got != 1 {
 		t.Fatalf("StuckThreads = %d, want 1", got)
@@ -316,15 +316,15 @@ func TestStuckCallIsAbandoned(t *testing.T) {
 
 // frozenVolume publishes an ext4 volume for another launcher, to be
 // frozen by the test, and returns its mount and the volume.
-func (n *linkedRoot) frozenVolume(t *testing.T) (string, agent.DesiredVolume) {
+func (n *linkedRoot) frozenVolume(t *testing.T) (string, hotplug.DesiredVolume) {
 	t.Helper()
 	const launcher, attach = types.UID("33333333-frozen"), types.UID("44444444-frozen-attach")
 	must(t, os.MkdirAll(filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcher))), 0o755))
 	dir := filepath.Join(n.real, kubelet.VolumesDir(string(attach)), "kubernetes.io~csi", "pv-frozen", "mount")
 	testutil.NewFilesystem(t, "ext4", 16<<20, dir)
 	must(t, os.WriteFile(filepath.Join(dir, "disk.img"), make([]byte, 1<<20), 0o644))
-	return dir, agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcher,
-		Source: agent.Source{AttachmentPodUID: attach, PVName: "pv-frozen"}}
+	return dir, hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcher,
+		Source: hotplug.Source{AttachmentPodUID: attach, PVName: "pv-frozen"}}
 }
 
 // detachAll detaches what the launchers hold.
@@ -425,8 +425,8 @@ func TestFullOrReadOnlyHotplugDisks(t *testing.T) {
 			e := n.engine(t)
 			snap, err := e.Snapshot(context.Background())
 			must(t, err)
-			v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-				Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+			v := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+				Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
 			_, err = e.Attach(context.Background(), snap, v)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("attach into a %s hotplug-disks = %v, want an error saying %q", tc.name, err, tc.want)
@@ -455,8 +455,8 @@ func TestUnpublishedBlockRuleIsRepaired(t *testing.T) {
 	must(t, err)
 	defer func() { e.Close() }()
 	ctx := context.Background()
-	v := agent.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID,
-		ComputeContainerID: "containerd://" + computeID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
+	v := hotplug.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID,
+		ComputeContainerID: "containerd://" + computeID, Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
 	verify := func(want outcome.Result) {
 		t.Helper()
 		snap, err := e.Snapshot(ctx)
@@ -523,9 +523,9 @@ func TestLauncherMustSeeTheMount(t *testing.T) {
 	n := newLinkedRoot(t)
 	l, ctr, e := n.launcherView(t, "ctr-hotplug-disks")
 	ctx := context.Background()
-	v := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
-	observe := func() agent.ObservedVolume {
+	v := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	observe := func() hotplug.ObservedVolume {
 		t.Helper()
 		snap, err := e.Snapshot(ctx)
 		must(t, err)
@@ -551,7 +551,7 @@ func TestLauncherMustSeeTheMount(t *testing.T) {
 	snap, err = e.Snapshot(ctx)
 	must(t, err)
 	r, err := e.Attach(ctx, snap, v)
-	if r != outcome.Mounted || !errors.Is(err, agent.ErrNotPropagated) || !strings.Contains(err.Error(), "HostToContainer") {
+	if r != outcome.Mounted || !errors.Is(err, hotplug.ErrNotPropagated) || !strings.Contains(err.Error(), "HostToContainer") {
 		t.Fatalf("attach into a private view = %s, %v; want mounted with ErrNotPropagated explaining the cause", r, err)
 	}
 	if o := observe(); !o.NotPropagated || !o.Healthy(kubevirt.Filesystem) {
@@ -577,8 +577,8 @@ func TestBlockWithoutComputeContainer(t *testing.T) {
 	} {
 		snap, err := e.Snapshot(context.Background())
 		must(t, err)
-		v := agent.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, ComputeContainerID: tt.id,
-			Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
+		v := hotplug.DesiredVolume{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, ComputeContainerID: tt.id,
+			Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}}
 		if got, err := e.Attach(context.Background(), snap, v); !errors.Is(err, tt.want) || got != outcome.Unchanged {
 			t.Fatalf("attach for compute container %q = %s, %v; want unchanged and %v", tt.id, got, err, tt.want)
 		}
@@ -614,8 +614,8 @@ func TestHungStorageHoldsOnlyItsVolume(t *testing.T) {
 
 	healthyDone := make(chan error, 1)
 	go func() {
-		fs := agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-			Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+		fs := hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+			Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
 		if r, err := e.Attach(ctx, snap, fs); err != nil || r != outcome.Mounted {
 			healthyDone <- fmt.Errorf("filesystem attach = %s, %v; want mounted", r, err)
 			return

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -41,16 +41,16 @@ type grown struct {
 	deviceBytes int64
 	capacity    int64
 	overhead    float64
-	result      agent.GrowResult
+	result      hotplug.GrowResult
 }
 
 // recall returns the remembered result when nothing it depends on changed.
-func (m *growMemo) recall(k growKey, now grown) (agent.GrowResult, bool) {
+func (m *growMemo) recall(k growKey, now grown) (hotplug.GrowResult, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	g, ok := m.last[k]
 	if !ok || g.mountID != now.mountID || g.deviceBytes != now.deviceBytes || g.capacity != now.capacity || g.overhead != now.overhead {
-		return agent.GrowResult{}, false
+		return hotplug.GrowResult{}, false
 	}
 	return g.result, true
 }
@@ -74,19 +74,19 @@ func (m *growMemo) forget(k growKey) {
 // target and its device's size are what they were at the last check that
 // found nothing to grow. The mount comes from the batch's mount table and
 // the size from sysfs: no file of the volume is opened.
-func (e *Engine) quickGrow(t *mountinfo.Table, v agent.DesiredVolume) (agent.GrowResult, grown, bool) {
+func (e *Engine) quickGrow(t *mountinfo.Table, v hotplug.DesiredVolume) (hotplug.GrowResult, grown, bool) {
 	now := grown{capacity: v.CapacityBytes, overhead: v.FilesystemOverhead}
 	if e.grow.DiskImages {
-		return agent.GrowResult{}, now, false // the image's target moves with the free space
+		return hotplug.GrowResult{}, now, false // the image's target moves with the free space
 	}
 	target := e.root.Abs(kubelet.HotplugDisksDir(string(v.LauncherUID)) + "/" + kubelet.TargetName(v.Name))
 	top, depth := t.Top(target)
 	if top == nil || depth != 1 {
-		return agent.GrowResult{}, now, false
+		return hotplug.GrowResult{}, now, false
 	}
 	size, err := mount.BlockDeviceSize(e.sysRoot, top.Major, top.Minor)
 	if err != nil {
-		return agent.GrowResult{}, now, false
+		return hotplug.GrowResult{}, now, false
 	}
 	now.mountID, now.deviceBytes = top.ID, size
 	r, ok := e.memo.recall(growKey{v.LauncherUID, v.Name}, now)
@@ -95,18 +95,18 @@ func (e *Engine) quickGrow(t *mountinfo.Table, v agent.DesiredVolume) (agent.Gro
 
 // Grow checks and grows a filesystem volume online; for a block volume it
 // reports the device size.
-func (e *Engine) Grow(ctx context.Context, s agent.Snapshot, v agent.DesiredVolume) (agent.GrowResult, error) {
+func (e *Engine) Grow(ctx context.Context, s hotplug.Snapshot, v hotplug.DesiredVolume) (hotplug.GrowResult, error) {
 	// On growth's own threads, one per check (storage.go): a growth never
 	// waits for an attach or detach, nor for another volume's growth.
-	return onStorage(e, e.growth, growKey{v.LauncherUID, v.Name}, "growth", func(h hands) (agent.GrowResult, error) {
+	return onStorage(e, e.growth, growKey{v.LauncherUID, v.Name}, "growth", func(h hands) (hotplug.GrowResult, error) {
 		return e.growOn(h, s, v)
 	})
 }
 
-func (e *Engine) growOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (agent.GrowResult, error) {
+func (e *Engine) growOn(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (hotplug.GrowResult, error) {
 	t, err := e.tableFor(h.ns, s, v.LauncherUID)
 	if err != nil {
-		return agent.GrowResult{}, err
+		return hotplug.GrowResult{}, err
 	}
 	dir := hotplugDisks(v.LauncherUID)
 	if v.Mode == kubevirt.Block {
@@ -120,13 +120,13 @@ func (e *Engine) growOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (agent
 	if growFS {
 		published, err := e.published(h, v)
 		if err != nil {
-			return agent.GrowResult{}, err
+			return hotplug.GrowResult{}, err
 		}
 		growFS = !published
 	}
 	file, err := targetName(v.Name, kubelet.TargetName)
 	if err != nil {
-		return agent.GrowResult{}, fmt.Errorf("grow %q: %w", kubelet.TargetName(v.Name), err)
+		return hotplug.GrowResult{}, fmt.Errorf("grow %q: %w", kubelet.TargetName(v.Name), err)
 	}
 	r, err := h.grower.Grow(t, dir, file, mount.GrowOptions{
 		GrowFilesystem:     growFS,
@@ -134,7 +134,7 @@ func (e *Engine) growOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (agent
 		CapacityBytes:      v.CapacityBytes,
 		FilesystemOverhead: v.FilesystemOverhead,
 	})
-	res := agent.GrowResult{
+	res := hotplug.GrowResult{
 		DeviceBytes:      r.DeviceBytes,
 		FilesystemBefore: r.FilesystemBefore,
 		FilesystemAfter:  r.FilesystemAfter,
@@ -148,7 +148,7 @@ func (e *Engine) growOn(h hands, s agent.Snapshot, v agent.DesiredVolume) (agent
 	if err == nil && !r.NeedsGrowth && now.mountID != 0 && now.deviceBytes == r.DeviceBytes {
 		// Nothing was due: the same answer holds until the mount, the
 		// device size or the claim changes.
-		now.result = agent.GrowResult{DeviceBytes: res.DeviceBytes, FilesystemBefore: res.FilesystemAfter,
+		now.result = hotplug.GrowResult{DeviceBytes: res.DeviceBytes, FilesystemBefore: res.FilesystemAfter,
 			FilesystemAfter: res.FilesystemAfter, DiskImageBefore: res.DiskImageAfter, DiskImageAfter: res.DiskImageAfter,
 			FilesystemType: res.FilesystemType, SlackBytes: res.SlackBytes}
 		e.memo.remember(growKey{v.LauncherUID, v.Name}, now)
@@ -165,10 +165,10 @@ var findPublished = kubelet.FindPublished
 // second resizer would only race it. Only kubelet.ErrNotPublished says it
 // does not. A check that failed or is stuck tells nothing, and reading it
 // as "not published" let growth race the kubelet: growth waits instead,
-// with an error wrapping agent.ErrStuck or agent.ErrBusy, so that it is
+// with an error wrapping hotplug.ErrStuck or hotplug.ErrBusy, so that it is
 // tried again. The check runs on the growth's own runner, so that a hung
 // kubelet tree holds that growth, not attaches.
-func (e *Engine) published(h hands, v agent.DesiredVolume) (bool, error) {
+func (e *Engine) published(h hands, v hotplug.DesiredVolume) (bool, error) {
 	if v.Source.AttachmentPodUID == "" || v.Source.PVName == "" {
 		return false, nil
 	}
@@ -186,13 +186,13 @@ func (e *Engine) published(h hands, v agent.DesiredVolume) (bool, error) {
 	case errors.Is(err, isolation.ErrStuck):
 		return false, fmt.Errorf("%s: %w", unknown, stuck(err))
 	}
-	return false, fmt.Errorf("%s: %w: %w", unknown, agent.ErrBusy, err)
+	return false, fmt.Errorf("%s: %w: %w", unknown, hotplug.ErrBusy, err)
 }
 
 // stuck marks a call abandoned past its deadline for the agent.
 func stuck(err error) error {
 	if errors.Is(err, isolation.ErrStuck) {
-		return fmt.Errorf("%w: %w", agent.ErrStuck, err)
+		return fmt.Errorf("%w: %w", hotplug.ErrStuck, err)
 	}
 	return err
 }
@@ -200,21 +200,21 @@ func stuck(err error) error {
 // busy marks a resize that lost a race with another resizer.
 func busy(err error) error {
 	if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EAGAIN) {
-		return fmt.Errorf("%w: %w", agent.ErrBusy, err)
+		return fmt.Errorf("%w: %w", hotplug.ErrBusy, err)
 	}
 	return err
 }
 
-func (e *Engine) blockSize(t *mountinfo.Table, launcher types.UID, name string) (agent.GrowResult, error) {
+func (e *Engine) blockSize(t *mountinfo.Table, launcher types.UID, name string) (hotplug.GrowResult, error) {
 	nodes, err := e.blockNodes(t, launcher)
 	if err != nil {
-		return agent.GrowResult{}, err
+		return hotplug.GrowResult{}, err
 	}
 	for _, n := range nodes {
 		if n.Name == name && !n.Covered {
 			size, err := mount.BlockDeviceSize(e.sysRoot, n.Device.Major, n.Device.Minor)
-			return agent.GrowResult{DeviceBytes: size, SlackBytes: mount.GrowSlackBytes}, err
+			return hotplug.GrowResult{DeviceBytes: size, SlackBytes: mount.GrowSlackBytes}, err
 		}
 	}
-	return agent.GrowResult{}, fmt.Errorf("block node %q not found in %q", name, hotplugDisks(launcher))
+	return hotplug.GrowResult{}, fmt.Errorf("block node %q not found in %q", name, hotplugDisks(launcher))
 }

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -27,7 +27,7 @@ import (
 // and bound into the launcher, whose device has grown since.
 type growNode struct {
 	e    *Engine
-	v    agent.DesiredVolume
+	v    hotplug.DesiredVolume
 	mnt  string // the attachment pod's publish directory
 	dir  string // the launcher's hotplug-disks
 	root string
@@ -48,8 +48,8 @@ func newGrowNode(t *testing.T) *growNode {
 		UID: 107, GID: 107, Grow: GrowPolicy{Filesystems: true}})
 	must(t, err)
 	t.Cleanup(n.e.Close)
-	n.v = agent.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
-		Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
+	n.v = hotplug.DesiredVolume{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID,
+		Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}}
 	ctx := context.Background()
 	snap, err := n.e.Snapshot(ctx)
 	must(t, err)
@@ -61,7 +61,7 @@ func newGrowNode(t *testing.T) *growNode {
 	return n
 }
 
-func (n *growNode) grow(t *testing.T) (agent.GrowResult, error) {
+func (n *growNode) grow(t *testing.T) (hotplug.GrowResult, error) {
 	t.Helper()
 	ctx := context.Background()
 	snap, err := n.e.Snapshot(ctx)
@@ -94,12 +94,12 @@ func TestGrowWaitsWhilePublishedIsUnknown(t *testing.T) {
 				<-release
 				return "", fmt.Errorf("volume: %w", kubelet.ErrNotPublished)
 			}
-		}, agent.ErrStuck},
+		}, hotplug.ErrStuck},
 		{"check fails", func(<-chan struct{}) func(kubelet.Root, string, string) (string, error) {
 			return func(kubelet.Root, string, string) (string, error) {
 				return "", fmt.Errorf("list the pod's volumes: %w", unix.EIO)
 			}
-		}, agent.ErrBusy},
+		}, hotplug.ErrBusy},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,10 +122,10 @@ func TestGrowWaitsWhilePublishedIsUnknown(t *testing.T) {
 			if after := n.fsBytes(t); after != before {
 				t.Fatalf("the filesystem grew from %d to %d bytes while the check did not tell", before, after)
 			}
-			if errors.Is(tt.want, agent.ErrStuck) {
+			if errors.Is(tt.want, hotplug.ErrStuck) {
 				// Asked again while the first check hangs: refused at
 				// once, and no second thread is spent on it.
-				if _, err := n.grow(t); !errors.Is(err, agent.ErrStuck) || n.e.growth.held() != 1 {
+				if _, err := n.grow(t); !errors.Is(err, hotplug.ErrStuck) || n.e.growth.held() != 1 {
 					t.Fatalf("grow while a check hangs = %v with %d threads held; want ErrStuck and 1", err, n.e.growth.held())
 				}
 				let()

@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -28,18 +28,18 @@ import (
 // Whether each recorded target still exists is read from its launcher's
 // hotplug-disks listing, never by a stat of the target: a stat of a bound
 // target asks the volume's storage, which can hang.
-func (e *Engine) HandlerRecord(ctx context.Context, vmi types.UID) (agent.HandlerRecord, error) {
+func (e *Engine) HandlerRecord(ctx context.Context, vmi types.UID) (hotplug.HandlerRecord, error) {
 	if e.handlerDir == "" || vmi == "" {
-		return agent.HandlerRecord{}, nil
+		return hotplug.HandlerRecord{}, nil
 	}
 	if err := isolation.ValidName("vmi uid", string(vmi), isolation.MaxNameLen); err != nil {
-		return agent.HandlerRecord{}, err
+		return hotplug.HandlerRecord{}, err
 	}
 	out, err := isolation.Call(e.ns, func() (handlerRead, error) {
 		rec, raw, err := e.readHandlerRecord(vmi)
 		var unreadable errUnreadableRecord
 		if errors.As(err, &unreadable) {
-			return handlerRead{rec: agent.HandlerRecord{Stuck: unreadable.Error()}, raw: raw}, nil
+			return handlerRead{rec: hotplug.HandlerRecord{Stuck: unreadable.Error()}, raw: raw}, nil
 		}
 		if err != nil {
 			return handlerRead{}, err
@@ -48,7 +48,7 @@ func (e *Engine) HandlerRecord(ctx context.Context, vmi types.UID) (agent.Handle
 		return handlerRead{rec: judged, raw: raw}, err
 	})
 	if err != nil {
-		return agent.HandlerRecord{}, err
+		return hotplug.HandlerRecord{}, err
 	}
 	out.rec.Stuck = e.stuck.settle(vmi, out.raw, out.rec.Stuck, time.Now())
 	return out.rec, nil
@@ -56,7 +56,7 @@ func (e *Engine) HandlerRecord(ctx context.Context, vmi types.UID) (agent.Handle
 
 // handlerRead is one read of a record: what it says, and its bytes.
 type handlerRead struct {
-	rec agent.HandlerRecord
+	rec hotplug.HandlerRecord
 	raw []byte
 }
 

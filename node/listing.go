@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -50,7 +50,7 @@ var listed func()
 // list reads the launcher's listing. hung names the volumes whose storage
 // has a probe pending: their binds are not opened again. It is read before
 // the call: an abandoned call reads no memo.
-func (e *Engine) list(s agent.Snapshot, launcher types.UID, hung map[string]bool) (listing, error) {
+func (e *Engine) list(s hotplug.Snapshot, launcher types.UID, hung map[string]bool) (listing, error) {
 	l := e.lookerOf(launcher)
 	var t *mountinfo.Table
 	switch s := s.(type) {
@@ -170,7 +170,7 @@ func (e *Engine) needsChecks(k growKey, b bind) (askSight, askHeld bool) {
 	return askSight, askHeld
 }
 
-func (e *Engine) checkBind(view propagation.LauncherView, launcher types.UID, b bind, o *agent.ObservedVolume) {
+func (e *Engine) checkBind(view propagation.LauncherView, launcher types.UID, b bind, o *hotplug.ObservedVolume) {
 	k := growKey{launcher, o.Name}
 	askSight, askHeld := e.needsChecks(k, b)
 	if !askSight && !askHeld {

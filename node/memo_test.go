@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/propagation"
 )
 
@@ -21,7 +21,7 @@ func TestForgetLauncher(t *testing.T) {
 	for _, l := range []types.UID{gone, kept} {
 		for _, vol := range []string{"fs", "blk"} {
 			k := growKey{l, vol}
-			e.memo.remember(k, grown{mountID: 812, result: agent.GrowResult{}})
+			e.memo.remember(k, grown{mountID: 812, result: hotplug.GrowResult{}})
 			e.sight.put(k, entry)
 			e.held.put(k, entry)
 			e.held.remember(k, []propagation.Bound{{}})

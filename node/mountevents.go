@@ -10,18 +10,18 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/mountwatch"
 )
 
-var _ agent.MountWatcher = (*Engine)(nil)
+var _ hotplug.MountWatcher = (*Engine)(nil)
 
 // WatchMounts reports to changed, from one goroutine and until ctx ends,
 // the launchers whose hotplug-disks a mount was attached to or detached
-// from in the host namespace, by anyone (agent.MountWatcher). It returns
+// from in the host namespace, by anyone (hotplug.MountWatcher). It returns
 // an error wrapping errors.ErrUnsupported at once on a kernel without
 // mount notifications, or when Config.MountEvents is off.
-func (e *Engine) WatchMounts(ctx context.Context, changed func(agent.MountChange)) error {
+func (e *Engine) WatchMounts(ctx context.Context, changed func(hotplug.MountChange)) error {
 	if !e.mountEvents {
 		return fmt.Errorf("%w: mount events are off (Config.MountEvents)", errors.ErrUnsupported)
 	}
@@ -38,7 +38,7 @@ func (e *Engine) WatchMounts(ctx context.Context, changed func(agent.MountChange
 			}
 			return err
 		}
-		mc := agent.MountChange{Lost: c.Lost, Launchers: make([]types.UID, 0, len(c.Launchers))}
+		mc := hotplug.MountChange{Lost: c.Lost, Launchers: make([]types.UID, 0, len(c.Launchers))}
 		for _, l := range c.Launchers {
 			mc.Launchers = append(mc.Launchers, types.UID(l))
 		}

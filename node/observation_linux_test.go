@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -29,7 +29,7 @@ import (
 type observationNode struct {
 	*linkedRoot
 	paths map[string]*Engine
-	vols  []agent.DesiredVolume
+	vols  []hotplug.DesiredVolume
 	// shm is a tmpfs of the host's (as /dev/shm is), the same one for
 	// every case that binds it.
 	shm string
@@ -54,10 +54,10 @@ func newObservationNode(t *testing.T) *observationNode {
 		}
 		n.paths[path] = e
 	}
-	n.vols = []agent.DesiredVolume{
-		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
+	n.vols = []hotplug.DesiredVolume{
+		{Name: "fs", Mode: kubevirt.Filesystem, LauncherUID: launcherUID, Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-fs"}},
 		{Name: "blk", Mode: kubevirt.Block, LauncherUID: launcherUID, ComputeContainerID: "containerd://" + computeID,
-			Source: agent.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}},
+			Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: "pv-blk"}},
 	}
 	return n
 }
@@ -244,7 +244,7 @@ func TestObservationStatmountReadsOneLauncher(t *testing.T) {
 	if a != b || a != bs.whole || a.Len() < 2 {
 		t.Fatalf("a memory-medium hotplug-disks was not judged from the batch's one whole table")
 	}
-	if _, err := e.tableFor(e.ns, tableSnapshot{}, launcherUID); err == nil || errors.Is(err, agent.ErrStuck) {
+	if _, err := e.tableFor(e.ns, tableSnapshot{}, launcherUID); err == nil || errors.Is(err, hotplug.ErrStuck) {
 		t.Fatalf("an empty table snapshot gave %v, want a plain error", err)
 	}
 }
@@ -281,7 +281,7 @@ func TestObservationKeptUntilChanged(t *testing.T) {
 	if _, ok := bs.kept(launcherUID); !ok {
 		t.Fatal("a verify that changed nothing dropped the kept mounts")
 	}
-	var fs agent.ObservedVolume
+	var fs hotplug.ObservedVolume
 	for _, o := range obs {
 		if o.Name == "fs" {
 			fs = o

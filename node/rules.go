@@ -10,11 +10,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 )
 
-var _ agent.RuleWatcher = (*Engine)(nil)
+var _ hotplug.RuleWatcher = (*Engine)(nil)
 
 // How often the watched launchers' device rules are asked whether
 // another writer rewrote them: the longest a lost rule waits for the agent
@@ -144,9 +144,9 @@ func (r *ruleWatches) drop(l types.UID, w blockdev.RuleWatch) {
 
 // WatchRules reports to changed, from one goroutine and until ctx ends,
 // the launchers whose device rules were rewritten by anyone, hpmount
-// included (agent.RuleWatcher), within rulePoll. Only launchers whose
+// included (hotplug.RuleWatcher), within rulePoll. Only launchers whose
 // block volumes the engine attached or verified are watched.
-func (e *Engine) WatchRules(ctx context.Context, changed func(agent.MountChange)) error {
+func (e *Engine) WatchRules(ctx context.Context, changed func(hotplug.MountChange)) error {
 	t := time.NewTicker(rulePoll(e.rules))
 	defer t.Stop()
 	for {
@@ -156,7 +156,7 @@ func (e *Engine) WatchRules(ctx context.Context, changed func(agent.MountChange)
 		case <-t.C:
 		}
 		if ls := e.ruleWatch.changed(); len(ls) > 0 {
-			changed(agent.MountChange{Launchers: ls})
+			changed(hotplug.MountChange{Launchers: ls})
 		}
 	}
 }

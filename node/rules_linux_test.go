@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -46,8 +46,8 @@ func TestRuleRewriteIsReported(t *testing.T) {
 	attach(outcome.Created)
 	defer detachAll(t, e, launcherUID)
 
-	reports := make(chan agent.MountChange, 16)
-	go func() { _ = e.WatchRules(ctx, func(c agent.MountChange) { reports <- c }) }()
+	reports := make(chan hotplug.MountChange, 16)
+	go func() { _ = e.WatchRules(ctx, func(c hotplug.MountChange) { reports <- c }) }()
 	dev := deviceOf(t, filepath.Join(n.real, kubelet.CSIPublishFile("pv-blk", string(attachUID))))
 	must(t, os.WriteFile(filepath.Join(ctr, "devices.deny"), fmt.Appendf(nil, "b %d:%d rwm", dev.Major, dev.Minor), 0))
 	select {

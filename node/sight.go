@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/propagation"
@@ -57,7 +57,7 @@ func (m *sightMemo) forget(k growKey) {
 // filesystem volume's target as the host made it
 // (propagation.LauncherView.Check). bind is the bind as the batch's
 // mountinfo shows it (zero: not yet read). It returns an error wrapping
-// agent.ErrNotPropagated when a process of the launcher mounts
+// hotplug.ErrNotPropagated when a process of the launcher mounts
 // hotplug-disks yet sees something else there, and nil when it sees the
 // bind or nothing can be told: no process of the pod mounts hotplug-disks
 // yet (its containers are starting or restarting), or the target cannot
@@ -119,7 +119,7 @@ func (e *Engine) noteSeen(k growKey, bind entryKey, s seen) error {
 		e.sight.put(k, bind)
 		e.held.remember(k, s.look.Binds)
 	case propagation.NotSeen:
-		return fmt.Errorf("%w: %w", agent.ErrNotPropagated, s.why)
+		return fmt.Errorf("%w: %w", hotplug.ErrNotPropagated, s.why)
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
@@ -97,7 +97,7 @@ func (s *beneathSnapshot) kept(launcher types.UID) (*mountinfo.Table, bool) {
 
 // forgetListed drops the launcher's mounts after a call that may have changed
 // them: a change, or an error that leaves unsaid what was done.
-func forgetListed(s agent.Snapshot, launcher types.UID, r outcome.Result, err error) {
+func forgetListed(s hotplug.Snapshot, launcher types.UID, r outcome.Result, err error) {
 	bs, ok := s.(*beneathSnapshot)
 	if !ok || (r == outcome.Unchanged && err == nil) {
 		return
@@ -114,7 +114,7 @@ func (s *beneathSnapshot) Unparsed() (int, error) { return 0, nil }
 
 // Snapshot reads the host's mountinfo once, or, where statmount(2) works,
 // nothing yet: each call then reads its own launcher's mounts.
-func (e *Engine) Snapshot(ctx context.Context) (agent.Snapshot, error) {
+func (e *Engine) Snapshot(ctx context.Context) (hotplug.Snapshot, error) {
 	if e.noStatmount == nil {
 		return &beneathSnapshot{}, nil
 	}
@@ -129,7 +129,7 @@ func (e *Engine) Snapshot(ctx context.Context) (agent.Snapshot, error) {
 // table, or what is mounted in the launcher's hotplug-disks now and on the
 // paths of also (relative to the kubelet root, e.g. the volume a bind is
 // made from), read on a thread of ns.
-func (e *Engine) tableFor(ns *isolation.MountNamespace, s agent.Snapshot, launcher types.UID, also ...string) (*mountinfo.Table, error) {
+func (e *Engine) tableFor(ns *isolation.MountNamespace, s hotplug.Snapshot, launcher types.UID, also ...string) (*mountinfo.Table, error) {
 	switch s := s.(type) {
 	case tableSnapshot:
 		if s.t != nil {

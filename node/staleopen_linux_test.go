@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -56,7 +56,7 @@ func startQEMU(t *testing.T, l *testutil.Launcher, pod, ctr, name string) int {
 type staleCheck struct {
 	t                 *testing.T
 	e                 *Engine
-	v                 agent.DesiredVolume
+	v                 hotplug.DesiredVolume
 	l                 *testutil.Launcher
 	ctr, pod, hotplug string
 }
@@ -64,8 +64,8 @@ type staleCheck struct {
 func (n *linkedRoot) staleCheck(t *testing.T, name string, mode kubevirt.VolumeMode, pv string) staleCheck {
 	l, ctr, e := n.launcherView(t, "ctr/kubevirt/hotplug-disks")
 	return staleCheck{t: t, e: e, l: l, ctr: ctr,
-		v: agent.DesiredVolume{Name: name, Mode: mode, LauncherUID: launcherUID, ComputeContainerID: "containerd://" + computeID,
-			Source: agent.Source{AttachmentPodUID: attachUID, PVName: pv}},
+		v: hotplug.DesiredVolume{Name: name, Mode: mode, LauncherUID: launcherUID, ComputeContainerID: "containerd://" + computeID,
+			Source: hotplug.Source{AttachmentPodUID: attachUID, PVName: pv}},
 		pod:     filepath.Join(n.cgroupRoot, "kubepods", "pod"+string(launcherUID)),
 		hotplug: filepath.Join(n.real, kubelet.HotplugDisksDir(string(launcherUID)))}
 }

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
 )
@@ -28,7 +28,7 @@ import (
 // So each such call runs on a host-namespace runner of its own, taken from
 // a small idle pool, and nothing else waits for it. A call given up at its
 // deadline keeps its thread, and its volume is not asked again while that
-// thread is held: the next attempt fails at once with agent.ErrStuck, so a
+// thread is held: the next attempt fails at once with hotplug.ErrStuck, so a
 // hung volume holds one thread, not one per pass. And however many volumes
 // hang, no more than heldLimit threads are ever held at once: past it,
 // every storage call fails at once until one comes back.
@@ -81,7 +81,7 @@ func newStorageCalls(nsPath string, timeout time.Duration) *storageCalls {
 }
 
 // run runs fn, the volume k's call, on a runner of its own. It refuses at
-// once, with an error wrapping agent.ErrStuck, while an earlier call of
+// once, with an error wrapping hotplug.ErrStuck, while an earlier call of
 // the volume given up on has not returned, and while heldLimit threads are
 // held.
 func (c *storageCalls) run(k growKey, what string, fn func(ns *isolation.MountNamespace) error) error {
@@ -103,11 +103,11 @@ func (c *storageCalls) take(k hungKey) (*isolation.MountNamespace, error) {
 	held := c.heldLocked()
 	if h, ok := c.hung[k]; ok {
 		return nil, fmt.Errorf("%w: %s of volume %q: a call given up on at %s has not returned; its storage is not asked again until it does",
-			agent.ErrStuck, what, k.volume.name, h.since.UTC().Format(time.RFC3339))
+			hotplug.ErrStuck, what, k.volume.name, h.since.UTC().Format(time.RFC3339))
 	}
 	if held >= c.limit {
 		return nil, fmt.Errorf("%w: %s of volume %q: %d calls given up on still hold their threads (at most %d): no thread is spent on storage until one returns",
-			agent.ErrStuck, what, k.volume.name, held, c.limit)
+			hotplug.ErrStuck, what, k.volume.name, held, c.limit)
 	}
 	if n := len(c.idle); n > 0 {
 		ns := c.idle[n-1]

@@ -37,6 +37,8 @@ var rules = []rule{
 	{[]string{"kubevirt"}, []string{"mount", "blockdev", "propagation"}, "kubevirt judges objects; it never touches the node"},
 	{[]string{"diag"}, []string{"agent", "node", "metrics"}, "diag shares rules with the agent through kubevirt and kubelet, never through the controller"},
 	{[]string{"agent"}, []string{"mount", "mountinfo", "mountwatch", "blockdev", "node", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
+	{[]string{"node"}, []string{"agent", "diag", "metrics"}, "the engine implements the contract of package hotplug; it never imports the control loop"},
+	{[]string{"hotplug"}, []string{"agent", "node", "diag", "metrics", "mount", "mountinfo", "mountwatch", "blockdev", "propagation", "podcgroup"}, "hotplug is the contract's words: above kubevirt and outcome only, below the engine and the agent"},
 	{[]string{"..."}, []string{"cmd/..."}, "nothing imports a command"},
 }
 
@@ -141,13 +143,16 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"agent", "mount"},
 		{"agent", "blockdev"},
 		{"metrics", "cmd/hpmount"},
+		{"node", "agent"},
+		{"hotplug", "node"},
+		{"hotplug", "mount"},
 	} {
 		g := graph{tc.from: {tc.dep}, tc.dep: {}}
 		if v := violations(g, rules); len(v) == 0 {
 			t.Errorf("%s → %s is not caught", tc.from, tc.dep)
 		}
 	}
-	if v := violations(graph{"agent": {"kubevirt", "kubelet", "outcome"}, "node": {"agent", "mount", "mountinfo", "blockdev"}, "propagation": {"mountinfo"}}, rules); len(v) != 0 {
+	if v := violations(graph{"agent": {"kubevirt", "kubelet", "outcome", "hotplug"}, "node": {"hotplug", "mount", "mountinfo", "blockdev"}, "hotplug": {"kubevirt", "outcome"}, "propagation": {"mountinfo"}}, rules); len(v) != 0 {
 		t.Errorf("allowed dependencies reported: %v", v)
 	}
 }

@@ -1,0 +1,17 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package hotplug is the contract between the control loop (package
+// agent), the node engine (package node) and what diag shares with them:
+// a hotplug volume as the VMI wants it (DesiredVolume) and as the node
+// holds it (ObservedVolume), where the kubelet published it (Source), a
+// read of the mount table (Snapshot), a growth check's result
+// (GrowResult), the errors the engine translates at its boundary
+// (ErrStuck, ErrBusy, ErrNotPropagated), the Engine interface itself and
+// its optional watchers (MountWatcher, RuleWatcher, with MountChange).
+//
+// It owns the words, not the behaviour: it is a leaf that imports only
+// kubevirt and outcome, so that the engine implements the contract
+// without importing the control loop, and the control loop drives any
+// engine (the real one, or a test's fake) without knowing the node.
+package hotplug
