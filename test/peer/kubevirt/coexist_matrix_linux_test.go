@@ -575,7 +575,7 @@ func countMounts(t *testing.T, path string) int {
 }
 
 // stackedOnShared reports the race of both at once that hpmount closes
-// (README, "Running beside virt-handler's own mounter"): hpmount's bind
+// (docs/coexistence.md): hpmount's bind
 // landing on top of virt-handler's in the moment between hpmount's last
 // look at the target and its move_mount. virt-handler's bind is in the CSI
 // publish mount's peer group, so a bind left there propagates onto

@@ -499,7 +499,7 @@ func buildHpmountSide(t *testing.T) string {
 const sideEnv = "HPMOUNT_PEER_HPMOUNTSIDE"
 
 // difference is one fact a mounter sets otherwise than the other, with
-// why; the README's table lists each.
+// why; docs/coexistence.md's table lists each.
 type difference struct {
 	volume, fact, kubevirt, hpmount, why string
 }

@@ -387,7 +387,7 @@ func TestUtilityVolumesFixture(t *testing.T) {
 }
 
 // TestVMIMeaningKnownDifferences pins the volumes whose kind hpmount reads
-// differently from KubeVirt v1.7.0's mounter, each listed in the README's
+// differently from KubeVirt v1.7.0's mounter, each listed in docs/coexistence.md's
 // table with its reason, so that a change on either side shows here.
 // KubeVirt's rule (pkg/virt-handler/hotplug-disk/mount.go isBlockVolume,
 // mountFromPod): Block claim info gives a block node, else a status entry
