@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/cli"
+	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/test/cluster"
 )
 

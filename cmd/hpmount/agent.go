@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/cli"
 	"github.com/hpmount/hpmount/metrics"
 	"github.com/hpmount/hpmount/node"
-	"github.com/hpmount/hpmount/cli"
 )
 
 func newAgentCommand() *cobra.Command {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hpmount/hpmount/diag"
 	"github.com/hpmount/hpmount/cli"
+	"github.com/hpmount/hpmount/diag"
 )
 
 // newDiagCommand is `hpmount diag`: a read-only explanation of every hotplug

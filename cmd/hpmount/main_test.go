@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/hpmount/hpmount/agent"
-	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/cli"
+	"github.com/hpmount/hpmount/node"
 )
 
 // TestExitStatus: usage and flag errors exit 2, as grep's and diff's do; diag
