@@ -69,10 +69,7 @@ func TestChartUpgradeUninstall(t *testing.T) {
 	v := e.newVM(t, ctx, "chart", "vm8")
 	fs := v.addVolume(t, ctx, "fs", "ext4", 64*mib)
 	pod := v.attach(t, ctx, []simnode.Volume{fs}, []simnode.Volume{fs})
-	if _, err := Exec(ctx, e.admin, v.ns, pod.Name, "hotplug-disk", "sh", "-c",
-		"truncate -s 32M /path/fs/disk.img && chown 107:107 /path/fs/disk.img"); err != nil {
-		t.Fatal(err)
-	}
+	v.importDiskImage(t, ctx, pod, fs)
 	v.apply(t, ctx)
 	v.waitReadWrite(t, ctx, fs, "installed")
 

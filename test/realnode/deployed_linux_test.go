@@ -64,12 +64,7 @@ func TestAgentAsDeployed(t *testing.T) {
 	blk := v.addVolume(t, ctx, "blk", "", 64*mib)
 	began = time.Now()
 	pod := v.attach(t, ctx, []simnode.Volume{fs, blk}, []simnode.Volume{fs, blk})
-	// CDI would have imported disk.img; the shipped agent never creates
-	// one (no --create-disk-images in deploy/).
-	if _, err := Exec(ctx, e.admin, v.ns, pod.Name, "hotplug-disk", "sh", "-c",
-		"truncate -s 32M /path/fs/disk.img && chown 107:107 /path/fs/disk.img"); err != nil {
-		t.Fatal(err)
-	}
+	v.importDiskImage(t, ctx, pod, fs)
 	v.apply(t, ctx)
 	for _, vol := range []simnode.Volume{fs, blk} {
 		v.waitReadWrite(t, ctx, vol, "deployed-"+vol.Name)

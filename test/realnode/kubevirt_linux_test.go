@@ -222,6 +222,18 @@ func (v *vm) exec(ctx context.Context, script string) (string, error) {
 	return Exec(ctx, v.e.admin, v.ns, v.launcher.Name, "compute", "sh", "-c", script)
 }
 
+// importDiskImage writes the filesystem volume's disk.img through the
+// attachment pod, as CDI's import would have: the shipped agent never
+// creates one (no --create-disk-images in deploy/ or the chart).
+func (v *vm) importDiskImage(t *testing.T, ctx context.Context, pod *corev1.Pod, vol simnode.Volume) {
+	t.Helper()
+	img := "/path/" + vol.Name + "/disk.img"
+	if _, err := Exec(ctx, v.e.admin, v.ns, pod.Name, "hotplug-disk", "sh", "-c",
+		"truncate -s 32M "+img+" && chown 107:107 "+img); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // target is the volume's path in the launcher container.
 func target(vol simnode.Volume) string {
 	if vol.Block {
