@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -23,7 +24,10 @@ func fakeDaemon(t *testing.T, name string, o *owner) (pid int, done <-chan struc
 	t.Helper()
 	cmd := exec.Command("/bin/sleep", "600")
 	cmd.Args[0] = name
-	cmd.Env = os.Environ()
+	// Not the harness's own mark, which a Stack started earlier in this
+	// process set (markOwner): an unmarked daemon must be unmarked
+	// whichever test ran first.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, ownerEnv+"=") })
 	if o != nil {
 		cmd.Env = append(cmd.Env, ownerEnv+"="+o.encode())
 	}
