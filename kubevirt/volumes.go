@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/kubelet"
@@ -410,12 +411,20 @@ func OwnedAttachmentPod(vmi *VMI, pod *corev1.Pod, pods PodLookup) bool {
 // metav1.GetControllerOf finds it, without the copy that one allocates:
 // every pass asks it of every volume's attachment pod (ClaimPods).
 func controllerOf(pod *corev1.Pod) (types.UID, bool) {
-	for i := range pod.OwnerReferences {
-		if r := &pod.OwnerReferences[i]; r.Controller != nil && *r.Controller {
-			return r.UID, true
-		}
+	if r := controllerRef(pod); r != nil {
+		return r.UID, true
 	}
 	return "", false
+}
+
+// controllerRef is the pod's controller reference, nil if none.
+func controllerRef(pod *corev1.Pod) *metav1.OwnerReference {
+	for i := range pod.OwnerReferences {
+		if r := &pod.OwnerReferences[i]; r.Controller != nil && *r.Controller {
+			return r
+		}
+	}
+	return nil
 }
 
 // LauncherVMI is the name and UID of the VMI that controls a virt-launcher
@@ -423,10 +432,8 @@ func controllerOf(pod *corev1.Pod) (types.UID, bool) {
 // namespace. The orphan sweep, which knows no VMI, finds virt-handler's
 // record of a launcher by it.
 func LauncherVMI(pod *corev1.Pod) (name string, uid types.UID, ok bool) {
-	for i := range pod.OwnerReferences {
-		if r := &pod.OwnerReferences[i]; r.Controller != nil && *r.Controller && r.Kind == VMIKind {
-			return r.Name, r.UID, true
-		}
+	if r := controllerRef(pod); r != nil && r.Kind == VMIKind {
+		return r.Name, r.UID, true
 	}
 	return "", "", false
 }

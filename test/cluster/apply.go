@@ -36,7 +36,7 @@ const FieldManager = "hpmount-test"
 // everything but persists nothing (DryRun: All); note that admission then
 // still rejects objects in a namespace that does not exist yet.
 func ApplyManifests(ctx context.Context, cfg *rest.Config, yamlDocs []byte, dryRun bool) ([]*unstructured.Unstructured, error) {
-	objs, err := decodeManifests(yamlDocs)
+	objs, err := DecodeManifests(yamlDocs)
 	if err != nil {
 		return nil, err
 	}
@@ -85,9 +85,9 @@ func ApplyManifests(ctx context.Context, cfg *rest.Config, yamlDocs []byte, dryR
 	return applied, nil
 }
 
-// decodeManifests splits a YAML stream into objects, skipping empty
+// DecodeManifests splits a YAML stream into objects, skipping empty
 // documents and flattening kind: List.
-func decodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
+func DecodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var objs []*unstructured.Unstructured
 	for i := 0; ; i++ {

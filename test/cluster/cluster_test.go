@@ -355,16 +355,16 @@ func TestDecodeManifests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			objs, err := decodeManifests([]byte(tt.yaml))
+			objs, err := DecodeManifests([]byte(tt.yaml))
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("decodeManifests error = %v, wantErr %t", err, tt.wantErr)
+				t.Fatalf("DecodeManifests error = %v, wantErr %t", err, tt.wantErr)
 			}
 			var got []string
 			for _, o := range objs {
 				got = append(got, o.GetKind()+"/"+o.GetName())
 			}
 			if strings.Join(got, ",") != strings.Join(tt.want, ",") {
-				t.Errorf("decodeManifests = %v, want %v", got, tt.want)
+				t.Errorf("DecodeManifests = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -19,7 +19,6 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
@@ -264,9 +263,12 @@ func (h *helmRun) prepare(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range strings.Split(string(rendered), "\n---\n") {
-		var o unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(doc), &o.Object); err != nil || o.GetKind() == "" || o.GetKind() == "Namespace" {
+	objs, err := cluster.DecodeManifests(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
 			continue
 		}
 		gvk := o.GroupVersionKind()
