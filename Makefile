@@ -42,13 +42,14 @@ test: deps tools vet build
 
 # KubeVirt's own code against hpmount's (test/peer/kubevirt, a Go module of
 # its own that ./... above does not reach): its API types against hpmount's
-# VMI model, its hotplug mounter and virt-handler's VM controller against
-# the node engine on one simulated node (differences, coexistence, unplug,
-# seed 004). Twice: at v1.7.0 (go.mod, Harvester v1.8) and at v1.8.4
-# (go.kv184.mod, Harvester v1.9). A cold build compiles much of KubeVirt
+# VMI model, its hotplug mounter and virt-handler's controllers against
+# the node engine on simulated nodes (differences, coexistence, unplug,
+# migrations, seed 004), two of them on one kube-apiserver (hence tools).
+# Twice: at v1.7.0 (go.mod, Harvester v1.8) and at v1.8.4 (go.kv184.mod,
+# Harvester v1.9). A cold build compiles much of KubeVirt
 # (test/peer/kubevirt/doc.go says how long).
 PEER_KUBEVIRT = "" "-modfile=go.kv184.mod -tags=kubevirt184"
-peer-test:
+peer-test: tools
 	cd test/peer/kubevirt && for v in $(PEER_KUBEVIRT); do \
 	  CGO_ENABLED=0 $(GO) vet $$v ./... && \
 	  HPMOUNT_REQUIRE_ROOT=1 CGO_ENABLED=0 $(GO) test $$v -count=1 -p 1 -timeout 20m ./... || exit 1; \

@@ -5,6 +5,7 @@ package peer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -30,7 +31,6 @@ import (
 )
 
 const (
-	nodeName  = "node-a"
 	computeID = "0123456789abcdef"
 	// launcherView is where the launcher's compute container mounts its
 	// hotplug-disks emptyDir (/var/run is /run on the node).
@@ -78,12 +78,14 @@ type peerNode struct {
 	launcherPod   *pod
 	// attachPods are the attachment pods' processes by pod UID.
 	attachPods map[types.UID]*pod
+	// uid is the VMI's UID once a real API server gave it one.
+	uid types.UID
 }
 
 func newPeerNode(t *testing.T, prefix string, vols []peerVolume) *peerNode {
 	t.Helper()
 	testutil.RequiresRoot(t)
-	n := &peerNode{prefix: prefix, launcher: types.UID(prefix + "-launcher"), attach: types.UID(prefix + "-attach"),
+	n := &peerNode{prefix: prefix, launcher: types.UID(prefix + "-launcher" + podSuffix), attach: types.UID(prefix + "-attach" + podSuffix),
 		vols: vols, loops: map[string]*testutil.Loop{}}
 	hotplug := filepath.Join(kubeletRoot, kubelet.HotplugDisksDir(string(n.launcher)))
 	must(t, os.MkdirAll(hotplug, 0o777))
@@ -135,7 +137,7 @@ func (n *peerNode) podUID(name string) types.UID {
 	if name == "" {
 		return n.attach
 	}
-	return types.UID(n.prefix + "-" + name)
+	return types.UID(n.prefix + "-" + name + podSuffix)
 }
 
 // attachOf is the UID of the attachment pod that publishes v.
@@ -156,7 +158,9 @@ func (n *peerNode) attachDisks(t *testing.T, uid types.UID) string {
 // attaches its device program.
 func (n *peerNode) makeCgroups(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("hpmount-peer-%s-%d", n.prefix, os.Getpid())
+	// Every node's test process is PID 1 of its own namespace: the node's
+	// name keeps two nodes of one machine apart.
+	name := fmt.Sprintf("hpmount-peer-%s-%s-%d", n.prefix, nodeName, os.Getpid())
 	n.cgroupRoot = filepath.Join("/sys/fs/cgroup/devices", name)
 	if inCgroupV2Node {
 		n.cgroupRoot = filepath.Join("/sys/fs/cgroup", name)
@@ -233,7 +237,7 @@ func (n *peerNode) publish(t *testing.T, v peerVolume, attachDisks string) {
 // vmi is the VMI both mounters are given, in KubeVirt's types.
 func (n *peerNode) vmi() *v1.VirtualMachineInstance {
 	vmi := &v1.VirtualMachineInstance{}
-	vmi.Name, vmi.Namespace, vmi.UID = "vm-"+n.prefix, "ns", types.UID("vmi-"+n.prefix)
+	vmi.Name, vmi.Namespace, vmi.UID = "vm-"+n.prefix, "ns", cmp.Or(n.uid, types.UID("vmi-"+n.prefix))
 	vmi.Labels = map[string]string{v1.NodeNameLabel: nodeName}
 	vmi.Status.NodeName = nodeName
 	vmi.Status.ActivePods = map[types.UID]string{n.launcher: nodeName}

@@ -46,6 +46,12 @@
 //     a second one that succeeds, with either mounter binding first;
 //     handler_source_linux_test.go runs the VM controller on a source node
 //     through a migration away and the cleanups of both.
+//     handler_nodes_linux_test.go runs both nodes of a migration at once,
+//     each with its own virt-handler (its VM, migration-source and
+//     migration-target controllers) and hpmount, on one real
+//     kube-apiserver (test/cluster) with KubeVirt's own VMI CRD: the
+//     second node is the test binary again, nested in the first as a
+//     node of its own and driven step by step over two pipes.
 //   - migrated_linux_test.go measures what each does while a hotplugged
 //     volume is volume-migrated (KubeVirt reads status.migratedVolumes,
 //     hpmount does not), on the source node and on the target.

@@ -4,12 +4,14 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,13 +21,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	framework "k8s.io/client-go/tools/cache/testing"
 	"k8s.io/client-go/tools/record"
 	v1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubecli"
+	kubevirtclient "kubevirt.io/client-go/kubevirt"
 	kubevirtfake "kubevirt.io/client-go/kubevirt/fake"
 	"kubevirt.io/client-go/log"
+	"kubevirt.io/kubevirt/pkg/controller"
 	cmdv1 "kubevirt.io/kubevirt/pkg/handler-launcher-com/cmd/v1"
 	"kubevirt.io/kubevirt/pkg/testutils"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
@@ -42,9 +47,10 @@ import (
 
 // kvHandler is virt-handler's own VM controller, KubeVirt's
 // VirtualMachineController, for the coNode's VMI: its informers fed from
-// a fake API server, its real hotplug mounter, its real cgroup managers
-// (a fresh one per sync, found through the launcher's socket) and its
-// real status updates. Only what cannot run here is the test's own:
+// a fake API server (or a real one, newKVHandlerOn), its real hotplug
+// mounter, its real cgroup managers (a fresh one per sync, found through
+// the launcher's socket) and its real status updates. Only what cannot
+// run here is the test's own:
 //   - virt-launcher (libvirt, which needs cgo): fakeLauncher attaches and
 //     detaches the domain's disks as virt-launcher decides, each through a
 //     real QEMU's blockdev-add and blockdev-del (launcherQEMU: uid 107, in
@@ -57,21 +63,38 @@ import (
 //     (stubs that do nothing: they listen on the node's addresses and
 //     hotplug does not reach them).
 //
-// Its migration-target controller shares the informers and launcher
-// clients (target, handler_target_linux_test.go).
+// Its migration-target and migration-source controllers share the domain
+// informer and launcher clients (target, handler_target_linux_test.go).
 type kvHandler struct {
-	n        *coNode
-	ctrl     *virthandler.VirtualMachineController
-	vmis     cache.SharedIndexInformer
-	vmiSrc   *framework.FakeControllerSource
-	domains  cache.SharedIndexInformer
-	domSrc   *framework.FakeControllerSource
-	client   *kubevirtfake.Clientset
-	recorder *record.FakeRecorder
-	launcher *fakeLauncher
-	// target is virt-handler's migration-target controller on the same
-	// informers (handler_target_linux_test.go).
-	target *virthandler.MigrationTargetController
+	n    *coNode
+	ctrl *virthandler.VirtualMachineController
+	// vmis feeds the VM and migration-source controllers, targets the
+	// migration-target controller: one informer on a fake API server,
+	// or, on a real one, virt-handler's two, each with its label
+	// selector (this node as the VMI's node, or as its migration's
+	// target).
+	vmis, targets vmiFeed
+	domains       cache.SharedIndexInformer
+	domSrc        *framework.FakeControllerSource
+	client        kubevirtclient.Interface
+	recorder      *record.FakeRecorder
+	launcher      *fakeLauncher
+	target        *virthandler.MigrationTargetController
+	source        *virthandler.MigrationSourceController
+}
+
+// vmiFeed is one of virt-handler's VMI informers. On the fake API server
+// the test feeds it (src); on a real one it watches the VMIs whose label
+// names this node (label).
+type vmiFeed struct {
+	cache.SharedIndexInformer
+	src   *framework.FakeControllerSource
+	label string
+}
+
+// selects tells whether the feed's informer watches vmi.
+func (f vmiFeed) selects(vmi *v1.VirtualMachineInstance) bool {
+	return f.src != nil || vmi.Labels[f.label] == nodeName
 }
 
 // vmControllerDeps are NewVirtualMachineController's arguments that do
@@ -92,7 +115,42 @@ type vmControllerDeps struct {
 // controller's cleanup writes to; set up once per test binary.
 var ghostCache sync.Once
 
+// newKVHandler is virt-handler on a fake API server, whose one VMI
+// informer the test feeds.
 func newKVHandler(t *testing.T, n *coNode) *kvHandler {
+	t.Helper()
+	fake := kubevirtfake.NewSimpleClientset()
+	h := &kvHandler{n: n, client: fake}
+	inf, src := testutils.NewFakeInformerFor(&v1.VirtualMachineInstance{})
+	h.vmis = vmiFeed{SharedIndexInformer: inf, src: src}
+	h.targets = h.vmis
+	virtClient := kubecli.NewMockKubevirtClient(gomock.NewController(t))
+	virtClient.EXPECT().CoreV1().Return(k8sfake.NewSimpleClientset().CoreV1()).AnyTimes()
+	virtClient.EXPECT().VirtualMachineInstance(gomock.Any()).DoAndReturn(func(ns string) kubecli.VirtualMachineInstanceInterface {
+		return fake.KubevirtV1().VirtualMachineInstances(ns)
+	}).AnyTimes()
+	h.wire(t, virtClient)
+	return h
+}
+
+// newKVHandlerOn is virt-handler on the real API server cfg names, with
+// its own client and informers (KubeVirt's informer factory), as on a
+// node of a cluster.
+func newKVHandlerOn(t *testing.T, n *coNode, cfg *rest.Config) *kvHandler {
+	t.Helper()
+	virtClient, err := kubecli.GetKubevirtClientFromRESTConfig(cfg)
+	must(t, err)
+	h := &kvHandler{n: n, client: virtClient.GeneratedKubeVirtClient()}
+	f := controller.NewKubeInformerFactory(virtClient.RestClient(), virtClient, nil, "kubevirt")
+	h.vmis = vmiFeed{SharedIndexInformer: f.VMISourceHost(nodeName), label: v1.NodeNameLabel}
+	h.targets = vmiFeed{SharedIndexInformer: f.VMITargetHost(nodeName), label: v1.MigrationTargetNodeNameLabel}
+	h.wire(t, virtClient)
+	return h
+}
+
+// wire makes virt-handler's controllers on the client and informers of h
+// and starts the informers.
+func (h *kvHandler) wire(t *testing.T, virtClient kubecli.KubevirtClient) {
 	t.Helper()
 	ghostCache.Do(func() {
 		dir, err := os.MkdirTemp("/run", "peer-ghosts-")
@@ -101,50 +159,52 @@ func newKVHandler(t *testing.T, n *coNode) *kvHandler {
 	})
 	// virt-handler's default verbosity (--v 2): its Info lines, such as
 	// the reason a sync re-queued the key, are logged, not dropped.
-	must(t, log.Log.SetVerbosityLevel(2))
+	must(t, log.Log.SetVerbosityLevel(cmp.Or(peerDebugLevel(), 2)))
 	t.Cleanup(func() { _ = log.Log.SetVerbosityLevel(0) })
 	private := t.TempDir()
-	n.stateDir = filepath.Join(private, "hotplug-volume-mount-state")
-	h := &kvHandler{n: n, client: kubevirtfake.NewSimpleClientset(), recorder: record.NewFakeRecorder(1000)}
-	h.vmis, h.vmiSrc = testutils.NewFakeInformerFor(&v1.VirtualMachineInstance{})
+	h.n.stateDir = filepath.Join(private, "hotplug-volume-mount-state")
+	h.recorder = record.NewFakeRecorder(1000)
 	h.domains, h.domSrc = testutils.NewFakeInformerFor(&api.Domain{})
-	mock := gomock.NewController(t)
-	virtClient := kubecli.NewMockKubevirtClient(mock)
-	virtClient.EXPECT().CoreV1().Return(k8sfake.NewSimpleClientset().CoreV1()).AnyTimes()
-	virtClient.EXPECT().VirtualMachineInstance(gomock.Any()).DoAndReturn(func(ns string) kubecli.VirtualMachineInstanceInterface {
-		return h.client.KubevirtV1().VirtualMachineInstances(ns)
-	}).AnyTimes()
 	// No KVM on this machine: virt-handler allows emulation, as a cluster
 	// with developerConfiguration.useEmulation does.
 	config, _, _ := testutils.NewFakeClusterConfigUsingKVConfig(&v1.KubeVirtConfiguration{
 		DeveloperConfiguration: &v1.DeveloperConfiguration{UseEmulation: true}})
-	h.launcher = newFakeLauncher(t, n.launcherPod, n.computeCgroup)
-	client := cmdclient.NewMockLauncherClient(mock)
+	h.launcher = newFakeLauncher(t, h.n.launcherPod, h.n.computeCgroup)
+	client := cmdclient.NewMockLauncherClient(gomock.NewController(t))
 	client.EXPECT().SyncVirtualMachine(gomock.Any(), gomock.Any()).DoAndReturn(
 		func(vmi *v1.VirtualMachineInstance, o *cmdv1.VirtualMachineOptions) error {
 			return h.launcher.sync(vmi, o)
 		}).AnyTimes()
 	expectMigrationTarget(client, h)
+	expectMigrationSource(client, h)
 	clients := &launcherclients.MockLauncherClientManager{Initialized: true, Client: client,
 		ClientInfo: &virtcache.LauncherClientInfo{Client: client, Ready: true}}
-	ctrl, err := newVMController(vmControllerDeps{recorder: h.recorder, client: virtClient, privateDir: private,
-		launchers: clients, vmis: h.vmis, domains: h.domains, config: config,
-		isolation:      isolation.NewSocketBasedIsolationDetector(),
-		migrationProxy: &noMigrationProxy{}})
+	deps := func(vmis cache.SharedIndexInformer) vmControllerDeps {
+		return vmControllerDeps{recorder: h.recorder, client: virtClient, privateDir: private,
+			launchers: clients, vmis: vmis, domains: h.domains, config: config,
+			isolation: isolation.NewSocketBasedIsolationDetector(), migrationProxy: &noMigrationProxy{}}
+	}
+	var err error
+	h.ctrl, err = newVMController(deps(h.vmis))
 	must(t, err)
-	h.ctrl = ctrl
-	h.target, err = newMigrationTargetController(vmControllerDeps{recorder: h.recorder, client: virtClient, privateDir: private,
-		launchers: clients, vmis: h.vmis, domains: h.domains, config: config,
-		isolation: isolation.NewSocketBasedIsolationDetector(), migrationProxy: &noMigrationProxy{}})
+	h.target, err = newMigrationTargetController(deps(h.targets))
+	must(t, err)
+	h.source, err = newMigrationSourceController(deps(h.vmis))
 	must(t, err)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
-	go h.vmis.Run(stop)
 	go h.domains.Run(stop)
-	if !cache.WaitForCacheSync(stop, h.vmis.HasSynced, h.domains.HasSynced) {
+	synced := []cache.InformerSynced{h.domains.HasSynced}
+	for _, f := range []vmiFeed{h.vmis, h.targets} {
+		go f.Run(stop)
+		synced = append(synced, f.HasSynced)
+		if f.src != nil {
+			break // the fake API server's one informer
+		}
+	}
+	if !cache.WaitForCacheSync(stop, synced...) {
 		t.Fatal("virt-handler's informers did not sync")
 	}
-	return h
 }
 
 // start creates the VMI, Running, and its domain, Running with no
@@ -153,12 +213,17 @@ func (h *kvHandler) start(t *testing.T) {
 	t.Helper()
 	vmi := h.n.vmi()
 	vmi.Status.Phase = v1.Running
-	// virt-api's mutating webhook stamps these on every VMI; v1.8.4's
-	// virt-handler patches an annotation in beside them (a JSON patch
-	// "add" needs the map to exist).
-	vmi.Annotations = map[string]string{v1.ControllerAPILatestVersionObservedAnnotation: "v1",
-		v1.ControllerAPIStorageVersionObservedAnnotation: "v1"}
+	vmi.Annotations = webhookAnnotations()
 	h.create(t, vmi)
+	h.domainRunning(t)
+}
+
+// domainRunning is the launcher's domain, Running with no hotplugged
+// disk yet, as it is once the VM has booted or a migration has handed it
+// over.
+func (h *kvHandler) domainRunning(t *testing.T) {
+	t.Helper()
+	vmi := h.n.vmi()
 	dom := api.NewMinimalDomainWithNS(vmi.Namespace, vmi.Name)
 	dom.Spec.Metadata.KubeVirt.UID = vmi.UID
 	dom.Status.Status = api.Running
@@ -173,8 +238,11 @@ func (h *kvHandler) create(t *testing.T, vmi *v1.VirtualMachineInstance) {
 	t.Helper()
 	created, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Create(context.Background(), vmi, metav1.CreateOptions{})
 	must(t, err)
-	h.vmiSrc.Add(created)
-	h.waitFor(t, h.vmis, created.ResourceVersion)
+	h.n.uid = created.UID
+	if h.vmis.src != nil {
+		h.vmis.src.Add(created)
+	}
+	h.catchUp(t, h.vmis, created)
 }
 
 // sync is one sync of the VMI by virt-handler, as a change of it or of
@@ -184,18 +252,34 @@ func (h *kvHandler) create(t *testing.T, vmi *v1.VirtualMachineInstance) {
 // reason it re-queued the key, and each Warning event it recorded.
 func (h *kvHandler) sync(t *testing.T) error {
 	t.Helper()
-	return h.run(t, h.ctrl.Execute)
+	return h.run(t, h.ctrl.Execute, h.vmis)
+}
+
+// syncSource is one sync of the VMI by virt-handler's migration-source
+// controller, with sync's error check.
+func (h *kvHandler) syncSource(t *testing.T) error {
+	t.Helper()
+	return h.run(t, h.source.Execute, h.vmis)
 }
 
 // run is one sync of the VMI by one of virt-handler's controllers
-// (execute runs its queue's next key); see sync.
-func (h *kvHandler) run(t *testing.T, execute func() bool) error {
+// (execute runs its queue's next key, from feed); see sync.
+func (h *kvHandler) run(t *testing.T, execute func() bool, feed vmiFeed) error {
 	t.Helper()
 	h.n.kvLog.take()
-	h.touch(t)
-	execute()
+	h.touch(t, feed)
+	done := make(chan struct{})
+	go func() { execute(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("virt-handler's controller found no key in its queue for a minute")
+	}
 	h.feedBack(t)
 	logged := h.n.kvLog.take()
+	if peerDebugLevel() > 0 {
+		t.Logf("virt-handler logged:\n%s", logged)
+	}
 	errs := kvErrorLines(logged)
 	for _, l := range strings.Split(logged, "\n") {
 		if strings.Contains(l, "re-enqueuing VirtualMachineInstance") {
@@ -213,19 +297,56 @@ func (h *kvHandler) run(t *testing.T, execute func() bool) error {
 	return nil
 }
 
-// touch sends the VMI as it is to virt-handler's informer, as a watch
-// event does, so that the controller queues its key.
-func (h *kvHandler) touch(t *testing.T) {
+// touch sends the VMI as it is to feed's informer, as a watch event
+// does, so that the controller queues its key. On a real API server it
+// writes an annotation, whose watch event does that; a VMI the feed no
+// longer watches left its key there with the watch's delete event.
+func (h *kvHandler) touch(t *testing.T, feed vmiFeed) {
 	t.Helper()
 	vmi := h.get(t)
-	h.vmiSrc.Modify(vmi)
-	h.waitFor(t, h.vmis, vmi.ResourceVersion)
+	if feed.src != nil {
+		feed.src.Modify(vmi)
+		h.waitFor(t, feed, vmi.ResourceVersion)
+		return
+	}
+	h.update(t, func(vmi *v1.VirtualMachineInstance) {
+		n, _ := strconv.Atoi(vmi.Annotations[touchAnnotation])
+		if vmi.Annotations == nil {
+			vmi.Annotations = map[string]string{}
+		}
+		vmi.Annotations[touchAnnotation] = strconv.Itoa(n + 1)
+	})
+	h.catchUp(t, feed, h.get(t))
+}
+
+// touchAnnotation is the annotation touch counts up.
+const touchAnnotation = "peer.hpmount.io/touch"
+
+// catchUp waits until feed's informer has vmi as the API server wrote
+// it, or, if the feed does not watch vmi, has it no more.
+func (h *kvHandler) catchUp(t *testing.T, feed vmiFeed, vmi *v1.VirtualMachineInstance) {
+	t.Helper()
+	if feed.selects(vmi) {
+		h.waitFor(t, feed, vmi.ResourceVersion)
+		return
+	}
+	key := vmi.Namespace + "/" + vmi.Name
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, exists, err := feed.GetStore().GetByKey(key)
+		return !exists, err
+	})
+	if err != nil {
+		t.Fatalf("virt-handler's informer still holds %s: %v", key, err)
+	}
 }
 
 // feedBack brings the domain fakeLauncher left to virt-handler's
 // informer, as virt-launcher's domain events do.
 func (h *kvHandler) feedBack(t *testing.T) {
 	t.Helper()
+	if h.launcher.domain.Name == "" {
+		return // no domain yet, no event
+	}
 	dom := h.launcher.domain.DeepCopy()
 	h.domSrc.Modify(dom)
 	h.waitFor(t, h.domains, dom.ResourceVersion)
@@ -272,6 +393,7 @@ func (h *kvHandler) get(t *testing.T) *v1.VirtualMachineInstance {
 	vmi := h.n.vmi()
 	got, err := h.client.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Get(context.Background(), vmi.Name, metav1.GetOptions{})
 	must(t, err)
+	h.n.uid = got.UID // a real API server's, which the domain and the record carry
 	return got
 }
 
@@ -472,3 +594,12 @@ func (noNetConf) Setup(*v1.VirtualMachineInstance, []v1.Network, int) error  { r
 func (noNetConf) Teardown(*v1.VirtualMachineInstance) error                  { return nil }
 func (noNetStat) UpdateStatus(*v1.VirtualMachineInstance, *api.Domain) error { return nil }
 func (noNetStat) Teardown(*v1.VirtualMachineInstance)                        {}
+
+// debugEnv, set to a verbosity, has virt-handler log at it, and each of
+// its syncs print what it logged.
+const debugEnv = "HPMOUNT_PEER_DEBUG"
+
+func peerDebugLevel() int {
+	n, _ := strconv.Atoi(os.Getenv(debugEnv))
+	return n
+}

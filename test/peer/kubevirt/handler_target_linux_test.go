@@ -93,7 +93,7 @@ func (p *noMigrationProxy) InitiateGracefulShutdown()              {}
 // controller, with sync's error check.
 func (h *kvHandler) syncTarget(t *testing.T) error {
 	t.Helper()
-	return h.run(t, h.target.Execute)
+	return h.run(t, h.target.Execute, h.targets)
 }
 
 // TestVirtHandlerMigrationAgain runs, on a migration's target node, virt-
@@ -308,8 +308,7 @@ func (h *kvHandler) startTarget(t *testing.T, migration types.UID) {
 	t.Helper()
 	vmi := h.n.vmi()
 	vmi.Status.Phase = v1.Running
-	vmi.Annotations = map[string]string{v1.ControllerAPILatestVersionObservedAnnotation: "v1",
-		v1.ControllerAPIStorageVersionObservedAnnotation: "v1"}
+	vmi.Annotations = webhookAnnotations()
 	vmi.Labels[v1.NodeNameLabel], vmi.Status.NodeName = "node-src", "node-src"
 	for i := range vmi.Status.VolumeStatus {
 		st := &vmi.Status.VolumeStatus[i]

@@ -49,3 +49,11 @@ func utilityVolumesVMI(t *testing.T) []byte {
 	must(t, err)
 	return raw
 }
+
+// webhookAnnotations are the annotations virt-api's mutating webhook
+// stamps on every new VMI at v1.7.0.
+func webhookAnnotations() map[string]string {
+	return map[string]string{v1.ControllerAPILatestVersionObservedAnnotation: "v1",
+		v1.ControllerAPIStorageVersionObservedAnnotation: "v1",
+	}
+}

@@ -68,3 +68,15 @@ func utilityVolumesVMI(t *testing.T) []byte {
 	must(t, err)
 	return out
 }
+
+// webhookAnnotations are the annotations virt-api's mutating webhook
+// stamps on every new VMI at v1.8.4.
+func webhookAnnotations() map[string]string {
+	return map[string]string{v1.ControllerAPILatestVersionObservedAnnotation: "v1",
+		v1.ControllerAPIStorageVersionObservedAnnotation: "v1",
+		// Without it virt-handler patches one in on its sync (the
+		// upgrade path), and its status update in the same sync then
+		// conflicts on a real API server.
+		v1.PciTopologyVersionAnnotation: v1.PciTopologyVersionV3,
+	}
+}

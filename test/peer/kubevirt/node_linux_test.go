@@ -5,6 +5,7 @@ package peer
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,9 @@ const (
 	// cgroupEnv is "v2" in a node nested in the first one whose
 	// /sys/fs/cgroup is the cgroup2 hierarchy (inCgroupV2Node).
 	cgroupEnv = "HPMOUNT_PEER_CGROUP"
+	// otherNodeEnv names a second node nested in the first, beside it as
+	// a migration's other node is (handler_nodes_linux_test.go).
+	otherNodeEnv = "HPMOUNT_PEER_OTHER_NODE"
 	// kubeletRoot is the simulated kubelet's --root-dir, a shared tmpfs as
 	// /var/lib/kubelet is on a node.
 	kubeletRoot = "/kubelet"
@@ -75,6 +79,28 @@ func reexecAsNode() int {
 	return 0
 }
 
+// firstNode is the name of the node the test binary runs in, unless it
+// runs in another node (inOtherNode).
+const firstNode = "node-a"
+
+var (
+	// inOtherNode is true in a second node nested in the first, whose
+	// kubelet root, /run and PID 1 are its own.
+	inOtherNode = os.Getenv(otherNodeEnv) != ""
+	// nodeName is the name of the node this test binary runs in.
+	nodeName = cmp.Or(os.Getenv(otherNodeEnv), firstNode)
+	// podSuffix keeps the pods of two nodes apart: a node's virt-handler
+	// takes every pod directory of an active pod UID for its own.
+	podSuffix = otherNodeSuffix()
+)
+
+func otherNodeSuffix() string {
+	if inOtherNode {
+		return "-" + nodeName
+	}
+	return ""
+}
+
 // enterNodeRoot builds the node root on a tmpfs over /mnt and pivots into
 // it: the machine's top-level directories bound recursively, a fresh /proc
 // of this PID namespace, a fresh /run, the kubelet root (shared, as on a
@@ -84,15 +110,17 @@ func reexecAsNode() int {
 // A cgroup v2 node is built the same way inside the first node, whose
 // /usr/bin already holds virt-chroot, with the cgroup2 hierarchy bound
 // over /sys/fs/cgroup: KubeVirt (runc's IsCgroup2UnifiedMode) picks its v2
-// manager only when /sys/fs/cgroup itself is cgroup2.
+// manager only when /sys/fs/cgroup itself is cgroup2. Another node is
+// built so too, on the cgroup hierarchy of the node it is nested in.
 func enterNodeRoot() error {
 	wd, err := os.Getwd()
 	if err != nil {
 		return err
 	}
+	nested := inCgroupV2Node || inOtherNode
 	root := "/mnt"
-	if inCgroupV2Node {
-		root = "/run/peer-node-v2"
+	if nested {
+		root = "/run/peer-node-" + cmp.Or(os.Getenv(otherNodeEnv), "v2")
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return err
 		}
@@ -109,7 +137,7 @@ func enterNodeRoot() error {
 		dst := filepath.Join(root, name)
 		switch {
 		case name == "proc" || name == "mnt" || name == "run" || name == "lost+found":
-		case inCgroupV2Node && (name == "kubelet" || name == "pods"):
+		case nested && (name == "kubelet" || name == "pods"):
 		case e.Type()&os.ModeSymlink != 0:
 			target, err := os.Readlink("/" + name)
 			if err != nil {
@@ -131,7 +159,10 @@ func enterNodeRoot() error {
 		func() error { return mountAt(root+"/proc", "proc", "proc", 0, "") },
 		func() error { return mountAt(root+"/run", "tmpfs", "tmpfs", 0, "mode=0755") },
 		func() error {
-			if inCgroupV2Node {
+			switch {
+			case inOtherNode:
+				return nil // the cgroups and virt-chroot of the node it is in
+			case inCgroupV2Node:
 				return unix.Mount(cgroup2Dir, root+"/sys/fs/cgroup", "", unix.MS_BIND, "")
 			}
 			return buildVirtChroot(root + chrootDir)
@@ -141,7 +172,7 @@ func enterNodeRoot() error {
 		func() error { return os.MkdirAll(root+podsDir, 0o750) },
 		func() error { return mountAt(root+"/pods", root+podsDir, "", unix.MS_BIND, "") },
 		func() error {
-			if inCgroupV2Node {
+			if nested {
 				return nil // the first node's /usr/bin, with virt-chroot
 			}
 			return unix.Mount("overlay", root+"/usr/bin", "overlay", unix.MS_RDONLY, "lowerdir="+root+chrootDir+":/usr/bin")
