@@ -12,7 +12,7 @@
 // resolved there (kubelet.ResolveRoot, as the agent's engine resolves it),
 // never following a symlink and never changing anything: no mount, mknod,
 // chown, cgroup write or API write; sizes come from the read-only
-// mount.Grower.Measure. Render(w, report, format) prints it.
+// grow.Grower.Measure. Render(w, report, format) prints it.
 //
 // diag owns no rule of its own: which launcher and attachment pod belong to
 // a VMI, and which volumes are refused and why, come from the kubevirt

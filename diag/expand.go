@@ -6,8 +6,8 @@ package diag
 import (
 	"fmt"
 
+	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/mount"
 )
 
 // notGrownWhy explains a claim that asks for more than it has while its
@@ -16,7 +16,7 @@ import (
 // the device is not measured, or when the filesystem is merely behind its
 // device (needs-fs-expand: the node's part, which the agent does).
 //
-// The margin is mount.GrowSlackBytes, the agent's own: a device within it
+// The margin is grow.SlackBytes, the agent's own: a device within it
 // of the request is what the storage rounded the request to.
 func notGrownWhy(st *kubevirt.VolumeStatus, device int64, fsBehind bool) string {
 	if st == nil || st.PersistentVolumeClaimInfo == nil || device <= 0 || fsBehind {
@@ -24,7 +24,7 @@ func notGrownWhy(st *kubevirt.VolumeStatus, device int64, fsBehind bool) string 
 	}
 	info := st.PersistentVolumeClaimInfo
 	requested, capacity := info.Requests.StorageBytes(), info.Capacity.StorageBytes()
-	if requested <= capacity || device+mount.GrowSlackBytes >= requested {
+	if requested <= capacity || device+grow.SlackBytes >= requested {
 		return ""
 	}
 	return fmt.Sprintf("the claim requests %s but its capacity is %s and its device is %s: the expansion has not reached the volume, so there is nothing the node can grow",

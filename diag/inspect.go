@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -36,7 +37,7 @@ type inspector struct {
 	ns       *isolation.MountNamespace
 	attacher *mount.Attacher
 	nodes    *blockdev.Nodes
-	grower   *mount.Grower
+	grower   *grow.Grower
 	// rules is nil when the device cgroups could not be found; rulesErr
 	// says why.
 	rules    blockdev.DeviceRules

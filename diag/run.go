@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -160,7 +161,7 @@ func newInspector(opts *Options, root kubelet.Root, table *mountinfo.Table, ns *
 		opts: opts, root: root, table: table, ns: ns, timeout: opts.callTimeout(),
 		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot()},
 		nodes:    &blockdev.Nodes{NS: ns, Root: root},
-		grower:   &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()},
+		grower:   &grow.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()},
 	}
 	in.rules, in.rulesErr = bounded(in.timeout, "find the device cgroups", func() (blockdev.DeviceRules, error) {
 		return blockdev.NewDeviceRules(opts.CgroupMode, opts.CgroupRoot)

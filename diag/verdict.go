@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/propagation"
@@ -63,7 +64,7 @@ func judge(v *Volume, f *findings) {
 	case f.notAllowed != "":
 		verdict, detail = NotAllowed, f.notAllowed
 	case f.needsExpand:
-		verdict, detail = NeedsFSExpand, fmt.Sprintf("the device is larger than its filesystem by more than %d MiB", mount.GrowSlackBytes>>20)
+		verdict, detail = NeedsFSExpand, fmt.Sprintf("the device is larger than its filesystem by more than %d MiB", grow.SlackBytes>>20)
 	case f.notGrown != "":
 		verdict, detail = ExpandPending, f.notGrown
 	case f.notOpen != "":

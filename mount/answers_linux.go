@@ -22,7 +22,7 @@ func (a *Attacher) openBound(t *mountinfo.Table, targetDir string, names []strin
 		defer dir.Close()
 		out := make(map[string]*os.File, len(names))
 		for _, name := range names {
-			if validTarget(name) != nil {
+			if ValidTarget(name) != nil {
 				continue
 			}
 			f, err := openTarget(dir, name)

@@ -76,6 +76,13 @@ type Observed struct {
 	SourceGone bool
 }
 
+// ValidTarget refuses a target name that is not one plain file name in
+// hotplug-disks (isolation.ValidName): the caller names the target, mount
+// only checks it. Package grow checks the targets it grows by it too.
+func ValidTarget(name string) error {
+	return isolation.ValidName("target name", name, isolation.MaxNameLen)
+}
+
 func (a *Attacher) qemuIDs() (uid, gid int) {
 	uid, gid = a.UID, a.GID
 	if uid == 0 {

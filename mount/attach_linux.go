@@ -75,7 +75,7 @@ func deadSource(err error) bool {
 }
 
 func (a *Attacher) attach(t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
-	if err := validTarget(file); err != nil {
+	if err := ValidTarget(file); err != nil {
 		return "", fmt.Errorf("attach to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachHere(s, t, sourceDir, targetDir, file) })
@@ -646,7 +646,7 @@ func (a *Attacher) chown(s steps, f *os.File, st unix.Stat_t) error {
 }
 
 func (a *Attacher) detach(t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
-	if err := validTarget(file); err != nil {
+	if err := ValidTarget(file); err != nil {
 		return "", fmt.Errorf("detach from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachHere(s, t, targetDir, file) })
@@ -699,12 +699,6 @@ func (a *Attacher) detachHere(s steps, t *mountinfo.Table, targetDir, file strin
 // meanwhile is seen as it is now.
 func openKubeletRoot(path string) (*os.File, error) {
 	return isolation.OpenRoot(path)
-}
-
-// validTarget refuses a target name that is not one plain file name in
-// hotplug-disks; the caller names the target, mount only checks it.
-func validTarget(file string) error {
-	return isolation.ValidName("target name", file, isolation.MaxNameLen)
 }
 
 // ignoreUnsafe drops a refusal of tenant content, keeping other errors.

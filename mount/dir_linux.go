@@ -25,7 +25,7 @@ type dirSource struct {
 }
 
 func (a *Attacher) attachDir(t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
-	if err := validTarget(file); err != nil {
+	if err := ValidTarget(file); err != nil {
 		return "", fmt.Errorf("attach directory to %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachDirHere(s, t, sourceDir, targetDir, file) })
@@ -270,7 +270,7 @@ func (a *Attacher) chownDir(s steps, dir *os.File, file string, st unix.Stat_t) 
 }
 
 func (a *Attacher) detachDir(t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
-	if err := validTarget(file); err != nil {
+	if err := ValidTarget(file); err != nil {
 		return "", fmt.Errorf("detach directory from %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
 	}
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.detachDirHere(s, t, targetDir, file) })
@@ -327,7 +327,7 @@ func (a *Attacher) observeDirsHere(t *mountinfo.Table, targetDir string, list Li
 	}
 	var out []Observed
 	for _, e := range entries {
-		if !e.IsDir() || validTarget(e.Name()) != nil {
+		if !e.IsDir() || ValidTarget(e.Name()) != nil {
 			continue
 		}
 		tg, err := inspectDirTarget(t, dir, dirID, e.Name())

@@ -28,16 +28,9 @@
 // what is bound on a target); the caller runs Answers where a hang holds
 // nothing else.
 //
-// Grower closes the gap the built-in mounter leaves after an attachment pod
-// is replaced: it finds the filesystem under a launcher's bind by its
-// major:minor, without the attachment pod, and when its device has grown
-// grows it online with the filesystem's own resize ioctl
-// (XFS_IOC_FSGROWFSDATA, EXT4_IOC_RESIZE_FS) made on a descriptor of that
-// verified bind. It mounts nothing and runs no tool, so an agent killed
-// mid-growth leaves nothing behind; Sweep only removes the temporary mounts
-// that older versions, which grew through a second mount, left. It never
-// shrinks, and it never truncates or deletes a disk.img. Measure is the same
-// look without any change, for diag.
+// Online growth of what a file bind holds is package grow's: it reaches
+// the launcher's directory through InLauncherDirLive and checks target names
+// with ValidTarget, so that the rules of both stay here.
 //
 // A launcher's hotplug-disks is used only as the kubelet makes it: a plain
 // directory on the pods directory's mount, or a whole tmpfs of its own

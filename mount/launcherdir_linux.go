@@ -119,7 +119,7 @@ func (a *Attacher) openLauncherDir(t *mountinfo.Table, targetDir string) (*os.Fi
 }
 
 func uncover(s steps, t *mountinfo.Table, dir *os.File, name string) (int, error) {
-	if err := validTarget(name); err != nil {
+	if err := ValidTarget(name); err != nil {
 		return 0, fmt.Errorf("uncover in %q: %w", dir.Name(), err)
 	}
 	dirID, err := isolation.MountID(dir)

@@ -4,7 +4,6 @@
 package mount
 
 import (
-	"os"
 	"testing"
 
 	"github.com/hpmount/hpmount/internal/testutil"
@@ -12,11 +11,5 @@ import (
 
 // The root tests of this package mount loop filesystems and file binds; the
 // binary re-runs itself in a private mount namespace so none of that reaches
-// the machine. Started by TestGrowKilledMidway with growChildEnv set, it is
-// instead the growth that test kills, in its parent's namespace.
-func TestMain(m *testing.M) {
-	if spec, ok := os.LookupEnv(growChildEnv); ok {
-		os.Exit(runGrowChild(spec))
-	}
-	testutil.RunInPrivateMountNamespace(m)
-}
+// the machine.
+func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }

@@ -33,7 +33,7 @@ func (a *Attacher) observeHere(t *mountinfo.Table, targetDir string, list Lister
 		file := e.Name()
 		// The agent makes regular files; anything else listed is passed
 		// over without a stat.
-		if !e.Type().IsRegular() || validTarget(file) != nil {
+		if !e.Type().IsRegular() || ValidTarget(file) != nil {
 			continue
 		}
 		o, ok, err := a.observeOne(t, dir, dirID, file)

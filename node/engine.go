@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -40,7 +41,7 @@ type Engine struct {
 	root     kubelet.Root
 	sysRoot  string
 	attacher *mount.Attacher
-	grower   *mount.Grower
+	grower   *grow.Grower
 	nodes    *blockdev.Nodes
 	rules    blockdev.DeviceRules
 	// ruleWatch watches the device rules of the launchers with block
@@ -116,7 +117,7 @@ func New(c Config) (*Engine, error) {
 		attacher: &attacher,
 		calls:    newStorageCalls(c.Host.MountNamespace(), c.CallTimeout),
 		growth:   newStorageCalls(c.Host.MountNamespace(), c.GrowTimeout),
-		grower: &mount.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
+		grower: &grow.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
 			PrivateDir: c.PrivateDir},
 		nodes:       &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
 		noStatmount: noStatmount,

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
@@ -128,7 +129,7 @@ func (e *Engine) growOn(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (h
 	if err != nil {
 		return hotplug.GrowResult{}, fmt.Errorf("grow %q: %w", kubelet.TargetName(v.Name), err)
 	}
-	r, err := h.grower.Grow(t, dir, file, mount.GrowOptions{
+	r, err := h.grower.Grow(t, dir, file, grow.Options{
 		GrowFilesystem:     growFS,
 		ExpandDiskImage:    e.grow.DiskImages,
 		CapacityBytes:      v.CapacityBytes,
@@ -143,7 +144,7 @@ func (e *Engine) growOn(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (h
 		FilesystemType:   r.FSType,
 		Grown:            r.Grown,
 		ImageGrown:       r.ImageGrown,
-		SlackBytes:       mount.GrowSlackBytes,
+		SlackBytes:       grow.SlackBytes,
 	}
 	if err == nil && !r.NeedsGrowth && now.mountID != 0 && now.deviceBytes == r.DeviceBytes {
 		// Nothing was due: the same answer holds until the mount, the
@@ -213,7 +214,7 @@ func (e *Engine) blockSize(t *mountinfo.Table, launcher types.UID, name string) 
 	for _, n := range nodes {
 		if n.Name == name && !n.Covered {
 			size, err := mount.BlockDeviceSize(e.sysRoot, n.Device.Major, n.Device.Minor)
-			return hotplug.GrowResult{DeviceBytes: size, SlackBytes: mount.GrowSlackBytes}, err
+			return hotplug.GrowResult{DeviceBytes: size, SlackBytes: grow.SlackBytes}, err
 		}
 	}
 	return hotplug.GrowResult{}, fmt.Errorf("block node %q not found in %q", name, hotplugDisks(launcher))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
@@ -214,7 +215,7 @@ type hands struct {
 	ns       *isolation.MountNamespace
 	attacher *mount.Attacher
 	nodes    *blockdev.Nodes
-	grower   *mount.Grower
+	grower   *grow.Grower
 }
 
 // handsOn binds the engine's attacher, block nodes and grower to ns.

@@ -1,38 +1,17 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package mount
+package grow
 
 import (
 	"errors"
-	"fmt"
-	"math"
 	"os"
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
-// Online growth of a hotplugged filesystem-mode volume.
-//
-// When a second volume is hotplugged, KubeVirt replaces the attachment pod and
-// the kubelet unpublishes and unstages the first PVC from it. No CSI
-// NodeExpandVolume will run for that PVC again: if it is expanded, its block
-// device grows but its filesystem does not. The launcher's file bind of
-// disk.img still holds that filesystem's superblock, so the agent can find it
-// from the launcher's <vol>.img alone (mount id -> mountinfo -> major:minor)
-// and grow it with the filesystem's own online-resize ioctl
-// (XFS_IOC_FSGROWFSDATA, EXT4_IOC_RESIZE_FS) issued on a file descriptor of
-// that very bind, with no help from the attachment pod.
-//
-// Nothing is mounted and nothing is exec'd for it. An agent killed in the
-// middle of a growth leaves only what the kernel finishes or undoes on its
-// own: an open file descriptor, closed with the process. Earlier versions
-// mounted the device again under a private directory and ran xfs_growfs or
-// resize2fs there, which a SIGKILL between mount and unmount left mounted for
-// good; Sweep still removes such leftovers after an upgrade.
-
-// GrowSlackBytes is how much larger than the filesystem the block device must
+// SlackBytes is how much larger than the filesystem the block device must
 // be before a growth is attempted. The comparison is between the device size
 // and the filesystem's own size (ext2/3/4 superblock block count, xfs data
 // blocks from its geometry), which both cover the whole device after mkfs or a
@@ -44,12 +23,12 @@ import (
 // that tail would retry a growth that can never happen on every check, so it
 // is 16 MiB, which is still far below the smallest volume expansion anyone
 // asks for in practice (storage classes allocate in GiB).
-const GrowSlackBytes = 16 << 20
+const SlackBytes = 16 << 20
 
-// ErrGrowRefused marks a refusal to look at or grow a target: it is not a
+// ErrRefused marks a refusal to look at or grow a target: it is not a
 // mount, its source was deleted, its block device could not be verified, or
 // the filesystem under it is not the one the device names.
-var ErrGrowRefused = errors.New("refused to grow")
+var ErrRefused = errors.New("refused to grow")
 
 // ErrNoCapSysResource is wrapped when online ext2/3/4 growth failed and the
 // agent lacks CAP_SYS_RESOURCE, which the kernel's EXT4_IOC_RESIZE_FS needs.
@@ -97,13 +76,13 @@ type Grower struct {
 	beforeResize func()
 }
 
-// GrowOptions says what Grow may change.
-type GrowOptions struct {
+// Options says what Grow may change.
+type Options struct {
 	// GrowFilesystem lets Grow grow the filesystem when its device has
 	// grown; without it Grow only reports.
 	GrowFilesystem bool
 	// ExpandDiskImage lets Grow enlarge disk.img to KubeVirt's usable size
-	// for CapacityBytes (see DiskImageSize).
+	// for CapacityBytes (see mount.DiskImageSize).
 	ExpandDiskImage bool
 	// CapacityBytes is the PVC's capacity; 0 (unknown) means no image
 	// growth.
@@ -113,9 +92,9 @@ type GrowOptions struct {
 	FilesystemOverhead float64
 }
 
-// GrowResult reports what Grow found and did. Byte counts are 0 where not
+// Result reports what Grow found and did. Byte counts are 0 where not
 // measured.
-type GrowResult struct {
+type Result struct {
 	// Device is the block device's node, e.g. /dev/loop3.
 	Device string
 	// Dev is the device as "MAJ:MIN".
@@ -134,7 +113,7 @@ type GrowResult struct {
 	// DiskImageBefore and DiskImageAfter are disk.img's apparent sizes.
 	DiskImageBefore, DiskImageAfter int64
 	// NeedsGrowth says the device exceeds the filesystem by more than
-	// GrowSlackBytes.
+	// SlackBytes.
 	NeedsGrowth bool
 	// DeviceSmaller says the device is smaller than the filesystem. It is
 	// reported and never acted on.
@@ -145,30 +124,12 @@ type GrowResult struct {
 
 // NeedsGrowth decides whether a filesystem of fsBytes on a device of
 // deviceBytes should be grown: only when the device is larger by more than
-// GrowSlackBytes. A smaller device never leads to growth (or shrinking).
+// SlackBytes. A smaller device never leads to growth (or shrinking).
 func NeedsGrowth(deviceBytes, fsBytes int64) bool {
 	if deviceBytes <= 0 || fsBytes <= 0 {
 		return false
 	}
-	return deviceBytes-fsBytes > GrowSlackBytes
-}
-
-// DiskImageSize is the size KubeVirt gives a disk.img: with usable = free +
-// allocated (the free space of the filesystem plus what the image already
-// occupies), it is (1 - overhead) * min(capacity, usable), aligned down to
-// 1 MiB. A capacity of 0 or less (unknown) gives 0, meaning "leave the image
-// alone". The overhead must be in [0, 1).
-func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int64, error) {
-	if math.IsNaN(overhead) || overhead < 0 || overhead >= 1 {
-		return 0, fmt.Errorf("filesystem overhead %v is not in [0, 1)", overhead)
-	}
-	if capacity <= 0 {
-		return 0, nil
-	}
-	usable := max(free, 0) + max(allocated, 0)
-	size := min(capacity, usable)
-	size = int64((1 - overhead) * float64(size))
-	return size &^ (1<<20 - 1), nil
+	return deviceBytes-fsBytes > SlackBytes
 }
 
 // Grow looks at the filesystem mounted on file in targetDir (the
@@ -195,7 +156,7 @@ func DiskImageSize(capacity int64, overhead float64, free, allocated int64) (int
 // each resize or enlargement and, right before making it, stops if its
 // caller gave up (isolation.Live), since a later check may have decided
 // otherwise from newer facts.
-func (g *Grower) Grow(t *mountinfo.Table, targetDir, file string, opts GrowOptions) (GrowResult, error) {
+func (g *Grower) Grow(t *mountinfo.Table, targetDir, file string, opts Options) (Result, error) {
 	return g.grow(t, targetDir, file, opts)
 }
 
@@ -203,8 +164,8 @@ func (g *Grower) Grow(t *mountinfo.Table, targetDir, file string, opts GrowOptio
 // of device, filesystem and disk.img, and whether growth is due) without
 // changing anything: no resize call, no write. diag judges a
 // volume through it, by the agent's own measurements.
-func (g *Grower) Measure(t *mountinfo.Table, targetDir, file string) (GrowResult, error) {
-	return g.grow(t, targetDir, file, GrowOptions{})
+func (g *Grower) Measure(t *mountinfo.Table, targetDir, file string) (Result, error) {
+	return g.grow(t, targetDir, file, Options{})
 }
 
 // Sweep unmounts and removes the temporary growth mounts (grow-*) that an

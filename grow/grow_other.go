@@ -3,7 +3,7 @@
 
 //go:build !linux
 
-package mount
+package grow
 
 import (
 	"errors"
@@ -13,8 +13,8 @@ import (
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
-func (g *Grower) grow(t *mountinfo.Table, targetDir, name string, opts GrowOptions) (GrowResult, error) {
-	return GrowResult{}, fmt.Errorf("grow %q in %q: %w", name+".img", targetDir, errors.ErrUnsupported)
+func (g *Grower) grow(t *mountinfo.Table, targetDir, name string, opts Options) (Result, error) {
+	return Result{}, fmt.Errorf("grow %q in %q: %w", name+".img", targetDir, errors.ErrUnsupported)
 }
 
 // GrowXFSData is only supported on Linux.

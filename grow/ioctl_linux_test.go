@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package mount
+package grow
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ func TestGrowIoctlErrors(t *testing.T) {
 			f := newGrowFixture(t, tt.fstype, 400*mib, 16*mib)
 			f.loop.Grow(t, 600*mib)
 			f.ioctls.err = tt.errno
-			res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+			res, err := f.grow(t, Options{GrowFilesystem: true})
 			if !errors.Is(err, tt.errno) {
 				t.Fatalf("err = %v, want it to wrap %v", err, tt.errno)
 			}
@@ -69,8 +69,8 @@ func TestGrowReadOnlyBind(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.loop.Grow(t, 600*mib)
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
-	if !errors.Is(err, ErrGrowRefused) || !strings.Contains(err.Error(), "the launcher's bind is read-only") {
+	res, err := f.grow(t, Options{GrowFilesystem: true})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "the launcher's bind is read-only") {
 		t.Errorf("err = %v, want a refusal naming the read-only bind", err)
 	}
 	if !res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {
@@ -104,7 +104,7 @@ func TestGrowFrozenXFS(t *testing.T) {
 	freeze(t, f.csiMount)
 	f.grower.NS.SetTimeout(time.Second)
 
-	_, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	_, err := f.grow(t, Options{GrowFilesystem: true})
 	if !errors.Is(err, isolation.ErrStuck) {
 		t.Fatalf("Grow on a frozen filesystem: %v, want ErrStuck", err)
 	}
@@ -117,7 +117,7 @@ func TestGrowFrozenXFS(t *testing.T) {
 	if after := f.launcherStatfs(t); after != before {
 		t.Errorf("launcher sees %d bytes after the thaw, was %d: the abandoned growth grew the filesystem", after, before)
 	}
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	res, err := f.grow(t, Options{GrowFilesystem: true})
 	if err != nil || !res.Grown || res.FilesystemBytes != 400*mib {
 		t.Errorf("the check after the thaw: %+v, %v; want it to grow the 400 MiB filesystem", res, err)
 	}
@@ -135,7 +135,7 @@ func TestGrowFrozenXFS(t *testing.T) {
 // does.
 func TestGrowImageFrozen(t *testing.T) {
 	f := newGrowFixture(t, "xfs", 400*mib, 64*mib)
-	opts := GrowOptions{ExpandDiskImage: true, CapacityBytes: 200 * mib, FilesystemOverhead: 0.055}
+	opts := Options{ExpandDiskImage: true, CapacityBytes: 200 * mib, FilesystemOverhead: 0.055}
 	freeze(t, f.csiMount)
 	f.grower.NS.SetTimeout(time.Second)
 
@@ -193,7 +193,7 @@ func runGrowChild(spec string) int {
 		return 1
 	}
 	g := &Grower{NS: ns, KubeletRoot: root, SysRoot: "/sys", DevRoot: "/dev"}
-	res, err := g.Grow(tab, dir, "vol.img", GrowOptions{GrowFilesystem: true})
+	res, err := g.Grow(tab, dir, "vol.img", Options{GrowFilesystem: true})
 	fmt.Printf("%+v, %v\n", res, err)
 	if err != nil {
 		return 1
@@ -243,7 +243,7 @@ func TestGrowKilledMidway(t *testing.T) {
 
 	// A second growth completes: the kill took effect when the frozen
 	// wait ended, before the resize call.
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	res, err := f.grow(t, Options{GrowFilesystem: true})
 	if err != nil || !res.Grown || res.FilesystemBytes != 400*mib {
 		t.Fatalf("second growth: %+v, %v; want it to grow the 400 MiB filesystem", res, err)
 	}
@@ -331,7 +331,7 @@ func TestGrowRereadsBeforeResize(t *testing.T) {
 			if tt.raced != 0 {
 				f.grower.beforeResize = func() { f.growBehindTheAgent(t, tt.raced) }
 			}
-			res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+			res, err := f.grow(t, Options{GrowFilesystem: true})
 			if err != nil {
 				t.Fatalf("Grow: %v", err)
 			}

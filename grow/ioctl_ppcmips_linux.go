@@ -3,7 +3,7 @@
 
 //go:build linux && (mips || mipsle || mips64 || mips64le || ppc64 || ppc64le)
 
-package mount
+package grow
 
 // The powerpc and mips ioctl encoding: three direction bits above a 13-bit
 // size, and the write bit is 4.

@@ -3,7 +3,7 @@
 
 //go:build linux && !(mips || mipsle || mips64 || mips64le || ppc64 || ppc64le)
 
-package mount
+package grow
 
 // The asm-generic ioctl encoding (x86, arm, arm64, riscv, s390, loong64):
 // two direction bits above a 14-bit size.

@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package mount
+package grow
 
 import (
 	"errors"
@@ -14,38 +14,45 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
-func (g *Grower) grow(t *mountinfo.Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
+func (g *Grower) grow(t *mountinfo.Table, targetDir, label string, opts Options) (Result, error) {
 	if g.NS == nil {
-		return GrowResult{}, fmt.Errorf("grow %q: no mount namespace to work in", label)
+		return Result{}, fmt.Errorf("grow %q: no mount namespace to work in", label)
 	}
-	if err := validTarget(label); err != nil {
-		return GrowResult{}, fmt.Errorf("grow %q: %w", label, err)
+	if err := mount.ValidTarget(label); err != nil {
+		return Result{}, fmt.Errorf("grow %q: %w", label, err)
 	}
-	return isolation.CallLive(g.NS, func(live *isolation.Live) (GrowResult, error) {
-		return g.growInNamespace(live, t, targetDir, label, opts)
+	// The launcher's directory is opened and judged by mount, its one
+	// owner, exactly as a bind's is. The growth's own answer travels in
+	// the value, so that only a failure to get there is labelled here.
+	a := &mount.Attacher{NS: g.NS, KubeletRoot: g.KubeletRoot}
+	got, err := mount.InLauncherDirLive(a, t, targetDir, func(live *isolation.Live, dir *os.File) (growth, error) {
+		res, err := g.growIn(live, t, dir, label, opts)
+		return growth{res, err}, nil
 	})
+	if err != nil {
+		return Result{}, fmt.Errorf("grow %q: %w", label, err)
+	}
+	return got.res, got.err
 }
 
-// growInNamespace is one growth, in g.NS. live says whether its caller still
-// waits: a growth given up on (past g.NS's deadline, blocked by a frozen
-// filesystem) must not grow anything later from what it measured before,
-// past checks its caller made since, so live is checked right before each
-// change, after the last wait that a freeze can make long.
-func (g *Grower) growInNamespace(live *isolation.Live, t *mountinfo.Table, targetDir, label string, opts GrowOptions) (GrowResult, error) {
-	var res GrowResult
-	root, err := isolation.OpenRoot(g.KubeletRoot)
-	if err != nil {
-		return res, fmt.Errorf("grow %q: %w", label, err)
-	}
-	defer root.Close()
-	dir, _, err := openTargetDir(t, root, targetDir)
-	if err != nil {
-		return res, fmt.Errorf("grow %q: %w", label, err)
-	}
-	defer dir.Close()
+// growth is one growIn's result and error.
+type growth struct {
+	res Result
+	err error
+}
+
+// growIn is one growth, in g.NS, of label in the launcher's directory dir.
+// live says whether its caller still waits: a growth given up on (past
+// g.NS's deadline, blocked by a frozen filesystem) must not grow anything
+// later from what it measured before, past checks its caller made since, so
+// live is checked right before each change, after the last wait that a
+// freeze can make long.
+func (g *Grower) growIn(live *isolation.Live, t *mountinfo.Table, dir *os.File, label string, opts Options) (Result, error) {
+	var res Result
 	target, err := isolation.OpenBeneath(dir, label, isolation.How{Flags: unix.O_PATH})
 	if err != nil {
 		return res, fmt.Errorf("grow %q: target: %w", label, err)
@@ -58,7 +65,7 @@ func (g *Grower) growInNamespace(live *isolation.Live, t *mountinfo.Table, targe
 	}
 	res.FSType, res.Dev = info.FSType, info.Dev()
 	res.DiskImageBefore, res.DiskImageAfter = st.Size, st.Size
-	usage, err := statfsFile(target)
+	usage, err := mount.FilesystemSizeOf(target)
 	if err != nil {
 		return res, fmt.Errorf("grow %q: %w", label, err)
 	}
@@ -68,7 +75,7 @@ func (g *Grower) growInNamespace(live *isolation.Live, t *mountinfo.Table, targe
 		if err := g.growFilesystem(live, &res, info, st, target, label, opts); err != nil {
 			return res, err
 		}
-		if usage, err = statfsFile(target); err != nil {
+		if usage, err = mount.FilesystemSizeOf(target); err != nil {
 			return res, fmt.Errorf("grow %q: %w", label, err)
 		}
 		res.FilesystemAfter = usage.SizeBytes
@@ -97,14 +104,14 @@ func mountedImage(t *mountinfo.Table, dir, target *os.File) (*mountinfo.Info, *u
 		return nil, nil, err
 	}
 	if id == dirID {
-		return nil, nil, fmt.Errorf("%w: %q is not a mount point", ErrGrowRefused, target.Name())
+		return nil, nil, fmt.Errorf("%w: %q is not a mount point", ErrRefused, target.Name())
 	}
 	info := t.ByID(int(id))
 	if info == nil {
-		return nil, nil, fmt.Errorf("%w: mount %d on %q is not in the mount table (stale scan?)", ErrGrowRefused, id, target.Name())
+		return nil, nil, fmt.Errorf("%w: mount %d on %q is not in the mount table (stale scan?)", ErrRefused, id, target.Name())
 	}
 	if info.Deleted() {
-		return nil, nil, fmt.Errorf("%w: the source of %q (%s[%s]) was deleted", ErrGrowRefused, target.Name(), info.Source, info.Root)
+		return nil, nil, fmt.Errorf("%w: the source of %q (%s[%s]) was deleted", ErrRefused, target.Name(), info.Source, info.Root)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(target.Fd()), &st); err != nil {
@@ -114,7 +121,7 @@ func mountedImage(t *mountinfo.Table, dir, target *os.File) (*mountinfo.Info, *u
 		return nil, nil, fmt.Errorf("%w: %q is not a regular file (mode %#o)", isolation.ErrUnsafePath, target.Name(), st.Mode&unix.S_IFMT)
 	}
 	if st.Dev != unix.Mkdev(info.Major, info.Minor) {
-		return nil, nil, fmt.Errorf("%w: %q is on device %d:%d but its mount %d says %s", ErrGrowRefused,
+		return nil, nil, fmt.Errorf("%w: %q is on device %d:%d but its mount %d says %s", ErrRefused,
 			target.Name(), unix.Major(st.Dev), unix.Minor(st.Dev), id, info.Dev())
 	}
 	return info, &st, nil
@@ -133,14 +140,14 @@ func isExt(fstype string) bool { return strings.HasPrefix(fstype, "ext") }
 // growFilesystem measures the device and the filesystem and, when the device
 // has grown and opts allow, grows the filesystem. It fills res. st is the
 // checked stat of target, the launcher's bind.
-func (g *Grower) growFilesystem(live *isolation.Live, res *GrowResult, info *mountinfo.Info, st *unix.Stat_t, target *os.File, label string, opts GrowOptions) error {
+func (g *Grower) growFilesystem(live *isolation.Live, res *Result, info *mountinfo.Info, st *unix.Stat_t, target *os.File, label string, opts Options) error {
 	devFile, devPath, err := g.openDevice(info.Major, info.Minor)
 	if err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
 	}
 	defer devFile.Close()
 	res.Device = devPath
-	if res.DeviceBytes, err = blockDeviceSize(g.SysRoot, info.Major, info.Minor); err != nil {
+	if res.DeviceBytes, err = mount.BlockDeviceSize(g.SysRoot, info.Major, info.Minor); err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
 	}
 	// The resize ioctls and xfs's geometry need a descriptor that is not
@@ -164,7 +171,7 @@ func (g *Grower) growFilesystem(live *isolation.Live, res *GrowResult, info *mou
 	}
 	where := fmt.Sprintf("grow %s on %s (%s) for %q", info.FSType, devPath, info.Dev(), label)
 	if why := readOnly(info); why != "" {
-		return fmt.Errorf("%s: %w: %s", where, ErrGrowRefused, why)
+		return fmt.Errorf("%s: %w: %s", where, ErrRefused, why)
 	}
 	if err := waitWritable(target, st); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
@@ -262,7 +269,7 @@ func reopen(f *os.File, st *unix.Stat_t, flags int) (*os.File, error) {
 	}
 	if now.Dev != st.Dev || now.Ino != st.Ino {
 		r.Close()
-		return nil, fmt.Errorf("%w: %q is no longer the file that was checked", ErrGrowRefused, f.Name())
+		return nil, fmt.Errorf("%w: %q is no longer the file that was checked", ErrRefused, f.Name())
 	}
 	return r, nil
 }
@@ -270,8 +277,8 @@ func reopen(f *os.File, st *unix.Stat_t, flags int) (*os.File, error) {
 // growImage enlarges disk.img to DiskImageSize, sparsely, and never below its
 // current size, unless its caller gave up (live). It returns the size the
 // image has afterwards.
-func growImage(live *isolation.Live, target *os.File, st *unix.Stat_t, usage FilesystemUsage, opts GrowOptions) (int64, error) {
-	want, err := DiskImageSize(opts.CapacityBytes, opts.FilesystemOverhead, usage.AvailableBytes, st.Blocks*512)
+func growImage(live *isolation.Live, target *os.File, st *unix.Stat_t, usage mount.FilesystemUsage, opts Options) (int64, error) {
+	want, err := mount.DiskImageSize(opts.CapacityBytes, opts.FilesystemOverhead, usage.AvailableBytes, st.Blocks*512)
 	if err != nil {
 		return st.Size, fmt.Errorf("disk image size: %w", err)
 	}

@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package mount
+package grow
 
 import (
 	"bufio"
@@ -27,11 +27,11 @@ func (g *Grower) openDevice(major, minor uint32) (*os.File, string, error) {
 	uevent := filepath.Join(g.SysRoot, "dev", "block", num, "uevent")
 	b, err := os.ReadFile(uevent)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: block device %s: %w", ErrGrowRefused, num, err)
+		return nil, "", fmt.Errorf("%w: block device %s: %w", ErrRefused, num, err)
 	}
 	devname, err := parseUevent(b, major, minor)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %q: %w", ErrGrowRefused, uevent, err)
+		return nil, "", fmt.Errorf("%w: %q: %w", ErrRefused, uevent, err)
 	}
 	root, err := isolation.OpenRoot(g.DevRoot)
 	if err != nil {
@@ -49,7 +49,7 @@ func (g *Grower) openDevice(major, minor uint32) (*os.File, string, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFBLK || st.Rdev != unix.Mkdev(major, minor) {
 		f.Close()
-		return nil, "", fmt.Errorf("%w: %q is not block device %s (mode %#o, rdev %d:%d)", ErrGrowRefused,
+		return nil, "", fmt.Errorf("%w: %q is not block device %s (mode %#o, rdev %d:%d)", ErrRefused,
 			f.Name(), num, st.Mode&unix.S_IFMT, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	}
 	return f, filepath.Join(g.DevRoot, devname), nil

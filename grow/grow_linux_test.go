@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package mount
+package grow
 
 import (
 	"errors"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
+	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
@@ -152,7 +153,7 @@ func newGrowFixture(t testing.TB, fstype string, size, imageSize int64) *growFix
 	return f
 }
 
-func (f *growFixture) grow(t testing.TB, opts GrowOptions) (GrowResult, error) {
+func (f *growFixture) grow(t testing.TB, opts Options) (Result, error) {
 	t.Helper()
 	tab, err := mountinfo.ReadTable("/proc/self/mountinfo")
 	if err != nil {
@@ -241,10 +242,10 @@ func TestGrowCornerCaseXFS(t *testing.T) {
 	f.loop.Grow(t, 700*mib)
 	before := f.launcherStatfs(t)
 
-	var res GrowResult
+	var res Result
 	var err error
 	start := time.Now()
-	withoutPath(t, func() { res, err = f.grow(t, GrowOptions{GrowFilesystem: true}) })
+	withoutPath(t, func() { res, err = f.grow(t, Options{GrowFilesystem: true}) })
 	elapsed := time.Since(start)
 	if err != nil {
 		t.Fatalf("Grow: %v", err)
@@ -274,7 +275,7 @@ func TestGrowCornerCaseXFS(t *testing.T) {
 	f.checkMounts(t)
 
 	// A second check finds nothing to do.
-	res, err = f.grow(t, GrowOptions{GrowFilesystem: true})
+	res, err = f.grow(t, Options{GrowFilesystem: true})
 	if err != nil || res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 1 {
 		t.Errorf("second Grow: %+v, %v, %d resize calls; want nothing done", res, err, len(f.ioctls.calls))
 	}
@@ -287,9 +288,9 @@ func TestGrowExt4(t *testing.T) {
 	f.loop.Grow(t, 700*mib)
 	before := f.launcherStatfs(t)
 
-	var res GrowResult
+	var res Result
 	var err error
-	withoutPath(t, func() { res, err = f.grow(t, GrowOptions{GrowFilesystem: true}) })
+	withoutPath(t, func() { res, err = f.grow(t, Options{GrowFilesystem: true}) })
 	t.Logf("ext4 400 -> 700 MiB: %+v, %v", res, err)
 	// mkfs.ext4 picks the block size by the size (1 KiB below 512 MiB).
 	var sfs unix.Statfs_t
@@ -329,7 +330,7 @@ func TestGrowNothingToDo(t *testing.T) {
 		t.Run(fstype, func(t *testing.T) {
 			f := newGrowFixture(t, fstype, 400*mib, 16*mib)
 			f.ioctls.skip = true
-			res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+			res, err := f.grow(t, Options{GrowFilesystem: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -345,13 +346,13 @@ func TestGrowNothingToDo(t *testing.T) {
 				t.Errorf("statfs sizes %d -> %d", res.FilesystemBefore, res.FilesystemAfter)
 			}
 			// Growth below the slack is left alone too.
-			f.loop.Grow(t, 400*mib+GrowSlackBytes)
-			if res, err = f.grow(t, GrowOptions{GrowFilesystem: true}); err != nil || res.NeedsGrowth || len(f.ioctls.calls) != 0 {
+			f.loop.Grow(t, 400*mib+SlackBytes)
+			if res, err = f.grow(t, Options{GrowFilesystem: true}); err != nil || res.NeedsGrowth || len(f.ioctls.calls) != 0 {
 				t.Errorf("within the slack: %+v, %v, %d calls", res, err, len(f.ioctls.calls))
 			}
 			// Reporting only: a grown device is seen but not acted on.
 			f.loop.Grow(t, 600*mib)
-			if res, err = f.grow(t, GrowOptions{}); err != nil || !res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {
+			if res, err = f.grow(t, Options{}); err != nil || !res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {
 				t.Errorf("report only: %+v, %v, %d calls", res, err, len(f.ioctls.calls))
 			}
 		})
@@ -364,7 +365,7 @@ func TestGrowNeverShrinks(t *testing.T) {
 	// A device smaller than its filesystem (a broken backend, a wrong
 	// device): reported, never acted on.
 	f.loop.Grow(t, 350*mib)
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
+	res, err := f.grow(t, Options{GrowFilesystem: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func TestGrowDiskImage(t *testing.T) {
 	f := newGrowFixture(t, "xfs", 400*mib, 64*mib)
 	sum := f.writeData(t)
 	f.unpublish(t)
-	opts := GrowOptions{ExpandDiskImage: true, CapacityBytes: 200 * mib, FilesystemOverhead: 0.055}
+	opts := Options{ExpandDiskImage: true, CapacityBytes: 200 * mib, FilesystemOverhead: 0.055}
 
 	res, err := f.grow(t, opts)
 	if err != nil {
@@ -422,7 +423,7 @@ func TestGrowDiskImage(t *testing.T) {
 		if err := unix.Stat(f.target, &st); err != nil {
 			t.Fatal(err)
 		}
-		usage, err := FilesystemSize(f.target)
+		usage, err := mount.FilesystemSize(f.target)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -432,7 +433,7 @@ func TestGrowDiskImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := DiskImageSize(o.CapacityBytes, o.FilesystemOverhead, usage.AvailableBytes, st.Blocks*512)
+		want, _ := mount.DiskImageSize(o.CapacityBytes, o.FilesystemOverhead, usage.AvailableBytes, st.Blocks*512)
 		if !res.ImageGrown || res.DiskImageAfter != want || want >= 400*mib {
 			t.Errorf("%+v: want disk.img at %d bytes, bounded by the filesystem", res, want)
 		}
@@ -476,9 +477,9 @@ func TestGrowRefusals(t *testing.T) {
 		name, targetDir, vol string
 		want                 error
 	}{
-		{"not mounted", f.targetDir, "plain", ErrGrowRefused},
+		{"not mounted", f.targetDir, "plain", ErrRefused},
 		{"symlink", f.targetDir, "link", isolation.ErrUnsafePath},
-		{"source deleted", f.targetDir, "deleted", ErrGrowRefused},
+		{"source deleted", f.targetDir, "deleted", ErrRefused},
 		{"dir escapes", "../etc", "vol", isolation.ErrUnsafePath},
 		{"name with a slash", f.targetDir, "../hotplug-disks/vol", isolation.ErrUnsafePath},
 		{"missing", f.targetDir, "absent", unix.ENOENT},
@@ -489,7 +490,7 @@ func TestGrowRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = f.grower.Grow(tab, tt.targetDir, tt.vol+".img", GrowOptions{GrowFilesystem: true, ExpandDiskImage: true, CapacityBytes: 1 << 30})
+			_, err = f.grower.Grow(tab, tt.targetDir, tt.vol+".img", Options{GrowFilesystem: true, ExpandDiskImage: true, CapacityBytes: 1 << 30})
 			if !errors.Is(err, tt.want) {
 				t.Errorf("err = %v, want %v", err, tt.want)
 			}
@@ -497,34 +498,6 @@ func TestGrowRefusals(t *testing.T) {
 	}
 	if len(f.ioctls.calls) != 0 {
 		t.Errorf("resize calls: %d", len(f.ioctls.calls))
-	}
-}
-
-func TestSizes(t *testing.T) {
-	dir := t.TempDir()
-	loop := testutil.NewFilesystem(t, "ext4", 64*mib, dir)
-	dev := loop.Dev(t)
-	got, err := BlockDeviceSize("/sys", unix.Major(dev), unix.Minor(dev))
-	if err != nil || got != 64*mib {
-		t.Errorf("BlockDeviceSize = %d, %v; want %d", got, err, 64*mib)
-	}
-	if _, err := BlockDeviceSize(t.TempDir(), 7, 999); err == nil {
-		t.Error("BlockDeviceSize of a missing device: no error")
-	}
-	usage, err := FilesystemSize(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if usage.SizeBytes <= 0 || usage.SizeBytes > 64*mib || usage.AvailableBytes > usage.FreeBytes || usage.FreeBytes > usage.SizeBytes || usage.BlockSize == 0 {
-		t.Errorf("FilesystemSize = %+v", usage)
-	}
-	f, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if byFd, err := FilesystemSizeOf(f); err != nil || byFd != usage {
-		t.Errorf("FilesystemSizeOf = %+v, %v; want %+v", byFd, err, usage)
 	}
 }
 
@@ -536,7 +509,7 @@ func BenchmarkGrowCheck(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := GrowOptions{GrowFilesystem: true, ExpandDiskImage: true, CapacityBytes: 16 * mib, FilesystemOverhead: 0.055}
+	opts := Options{GrowFilesystem: true, ExpandDiskImage: true, CapacityBytes: 16 * mib, FilesystemOverhead: 0.055}
 	b.ReportAllocs()
 	for b.Loop() {
 		res, err := f.grower.Grow(tab, f.targetDir, "vol.img", opts)
@@ -554,8 +527,8 @@ func TestGrowReadOnlyFilesystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.loop.Grow(t, 600*mib)
-	res, err := f.grow(t, GrowOptions{GrowFilesystem: true})
-	if !errors.Is(err, ErrGrowRefused) || !strings.Contains(err.Error(), "read-only") {
+	res, err := f.grow(t, Options{GrowFilesystem: true})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("err = %v, want a read-only refusal", err)
 	}
 	if !res.NeedsGrowth || res.Grown || len(f.ioctls.calls) != 0 {

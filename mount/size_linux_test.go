@@ -1,0 +1,42 @@
+// Copyright The hpmount Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package mount
+
+import (
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hpmount/hpmount/internal/testutil"
+)
+
+func TestSizes(t *testing.T) {
+	const mib = int64(1 << 20)
+	dir := t.TempDir()
+	loop := testutil.NewFilesystem(t, "ext4", 64*mib, dir)
+	dev := loop.Dev(t)
+	got, err := BlockDeviceSize("/sys", unix.Major(dev), unix.Minor(dev))
+	if err != nil || got != 64*mib {
+		t.Errorf("BlockDeviceSize = %d, %v; want %d", got, err, 64*mib)
+	}
+	if _, err := BlockDeviceSize(t.TempDir(), 7, 999); err == nil {
+		t.Error("BlockDeviceSize of a missing device: no error")
+	}
+	usage, err := FilesystemSize(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if usage.SizeBytes <= 0 || usage.SizeBytes > 64*mib || usage.AvailableBytes > usage.FreeBytes || usage.FreeBytes > usage.SizeBytes || usage.BlockSize == 0 {
+		t.Errorf("FilesystemSize = %+v", usage)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if byFd, err := FilesystemSizeOf(f); err != nil || byFd != usage {
+		t.Errorf("FilesystemSizeOf = %+v, %v; want %+v", byFd, err, usage)
+	}
+}
