@@ -5,7 +5,8 @@
 // major:minor of the device the CSI driver published for the attachment pod
 // (found where kubelet.OpenPublishedDevice says, checked to be a block
 // device here), mknod, verification and unlink of the device node in the launcher's
-// hotplug-disks directory, the device's size, and the device-cgroup rules
+// hotplug-disks directory, the size of a block device (DeviceSize, from
+// sysfs, for growth and diag too), and the device-cgroup rules
 // that let the launcher's compute container (QEMU's, and no other
 // container of the pod) open the device (cgroup v1 devices controller and
 // cgroup v2 BPF_PROG_TYPE_CGROUP_DEVICE programs), and whether a cgroup

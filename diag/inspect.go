@@ -400,7 +400,7 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 		return
 	}
 	size, err := bounded(in.timeout, "read the size of "+dev.Node, func() (int64, error) {
-		return mount.BlockDeviceSize(in.opts.sysRoot(), e.rdev[0], e.rdev[1])
+		return blockdev.DeviceSize(in.opts.sysRoot(), e.rdev[0], e.rdev[1])
 	})
 	if abandoned(f, err) {
 		return

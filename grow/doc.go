@@ -32,7 +32,9 @@
 // still linked and whose block device is the one its mount names
 // (ErrRefused). It owns no rule of the launcher's directory: hotplug-disks
 // is opened and judged by package mount (InLauncherDirLive, ValidTarget),
-// as a bind's is, and the sizes it compares come from mount and sysfs.
-// Where a launcher's hotplug-disks is and what a target is called are the
-// kubelet package's answers, handed in by the caller (the engine, node).
+// as a bind's is; a filesystem's usage and disk.img's size are mount's
+// (FilesystemSizeOf, DiskImageSize), a device's size blockdev's
+// (DeviceSize). Where a launcher's hotplug-disks is and what a target is
+// called are the kubelet package's answers, handed in by the caller (the
+// engine, node).
 package grow

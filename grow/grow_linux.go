@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
@@ -147,7 +148,7 @@ func (g *Grower) growFilesystem(live *isolation.Live, res *Result, info *mountin
 	}
 	defer devFile.Close()
 	res.Device = devPath
-	if res.DeviceBytes, err = mount.BlockDeviceSize(g.SysRoot, info.Major, info.Minor); err != nil {
+	if res.DeviceBytes, err = blockdev.DeviceSize(g.SysRoot, info.Major, info.Minor); err != nil {
 		return fmt.Errorf("grow %q: %w", label, err)
 	}
 	// The resize ioctls and xfs's geometry need a descriptor that is not

@@ -4,9 +4,11 @@
 package mount
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/mountinfo"
@@ -190,3 +192,12 @@ func (a *Attacher) Observe(t *mountinfo.Table, targetDir string, list Lister) ([
 // error, its device or storage server gone), not that the mount is: it can
 // still be unmounted. diag's dead-source verdict uses the same rule.
 func DeadSource(err error) bool { return deadSource(err) }
+
+// BlockDeviceGone reports that the block device major:minor no longer
+// exists: sysRoot/dev/block/MAJ:MIN is missing. Any other failure of the
+// look says nothing, so it is not taken as gone. It is the one rule for
+// Observed.SourceGone and for diag's judgement of a block node.
+func BlockDeviceGone(sysRoot string, major, minor uint32) bool {
+	_, err := os.Lstat(filepath.Join(sysRoot, "dev", "block", fmt.Sprintf("%d:%d", major, minor)))
+	return errors.Is(err, fs.ErrNotExist)
+}

@@ -12,12 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
@@ -85,7 +85,7 @@ func (e *Engine) quickGrow(t *mountinfo.Table, v hotplug.DesiredVolume) (hotplug
 	if top == nil || depth != 1 {
 		return hotplug.GrowResult{}, now, false
 	}
-	size, err := mount.BlockDeviceSize(e.sysRoot, top.Major, top.Minor)
+	size, err := blockdev.DeviceSize(e.sysRoot, top.Major, top.Minor)
 	if err != nil {
 		return hotplug.GrowResult{}, now, false
 	}
@@ -213,7 +213,7 @@ func (e *Engine) blockSize(t *mountinfo.Table, launcher types.UID, name string) 
 	}
 	for _, n := range nodes {
 		if n.Name == name && !n.Covered {
-			size, err := mount.BlockDeviceSize(e.sysRoot, n.Device.Major, n.Device.Minor)
+			size, err := blockdev.DeviceSize(e.sysRoot, n.Device.Major, n.Device.Minor)
 			return hotplug.GrowResult{DeviceBytes: size, SlackBytes: grow.SlackBytes}, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/mount"
 	"golang.org/x/sys/unix"
@@ -120,7 +121,7 @@ func TestGrowAfterUnstage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if size, err := mount.BlockDeviceSize("/sys", unix.Major(rdev), unix.Minor(rdev)); err != nil || size != grown {
+	if size, err := blockdev.DeviceSize("/sys", unix.Major(rdev), unix.Minor(rdev)); err != nil || size != grown {
 		t.Fatalf("%s holds %d bytes (%v) after GrowBackingFile, want %d", dev, size, err, grown)
 	}
 	if err := unmountAll(elsewhere); err != nil {

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/internal/sandbox"
-	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
@@ -195,7 +195,7 @@ func expand(v volume, volumePath string, required int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	size, err := mount.BlockDeviceSize("/sys", unix.Major(rdev), unix.Minor(rdev))
+	size, err := blockdev.DeviceSize("/sys", unix.Major(rdev), unix.Minor(rdev))
 	if err != nil {
 		return 0, err
 	}

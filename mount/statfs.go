@@ -3,13 +3,7 @@
 
 package mount
 
-import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-)
+import "os"
 
 // FilesystemUsage is what statfs(2) says about a filesystem.
 type FilesystemUsage struct {
@@ -23,22 +17,6 @@ type FilesystemUsage struct {
 	AvailableBytes int64
 	// BlockSize is f_bsize.
 	BlockSize int64
-}
-
-// BlockDeviceSize returns the size in bytes of the block device major:minor,
-// from sysRoot/dev/block/MAJ:MIN/size (sysRoot is normally "/sys"), which
-// counts 512-byte sectors whatever the device's logical block size.
-func BlockDeviceSize(sysRoot string, major, minor uint32) (int64, error) {
-	return blockDeviceSize(sysRoot, major, minor)
-}
-
-// BlockDeviceGone reports that the block device major:minor no longer
-// exists: sysRoot/dev/block/MAJ:MIN is missing. Any other failure of the
-// look says nothing, so it is not taken as gone. It is the one rule for
-// Observed.SourceGone and for diag's judgement of a block node.
-func BlockDeviceGone(sysRoot string, major, minor uint32) bool {
-	_, err := os.Lstat(filepath.Join(sysRoot, "dev", "block", fmt.Sprintf("%d:%d", major, minor)))
-	return errors.Is(err, fs.ErrNotExist)
 }
 
 // FilesystemSize runs statfs on path.

@@ -1,7 +1,7 @@
 // Copyright The hpmount Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package mount
+package blockdev
 
 import (
 	"fmt"
@@ -44,30 +44,4 @@ func readSmall(p string) ([]byte, error) {
 		return nil, &os.PathError{Op: "read", Path: p, Err: err}
 	}
 	return buf[:n], nil
-}
-
-func statfsPath(path string) (FilesystemUsage, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return FilesystemUsage{}, fmt.Errorf("statfs %q: %w", path, err)
-	}
-	return usageOf(&st), nil
-}
-
-func statfsFile(f *os.File) (FilesystemUsage, error) {
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
-		return FilesystemUsage{}, fmt.Errorf("statfs %q: %w", f.Name(), err)
-	}
-	return usageOf(&st), nil
-}
-
-func usageOf(st *unix.Statfs_t) FilesystemUsage {
-	bs := int64(st.Bsize)
-	return FilesystemUsage{
-		SizeBytes:      int64(st.Blocks) * bs,
-		FreeBytes:      int64(st.Bfree) * bs,
-		AvailableBytes: int64(st.Bavail) * bs,
-		BlockSize:      bs,
-	}
 }

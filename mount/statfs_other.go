@@ -11,10 +11,6 @@ import (
 	"os"
 )
 
-func blockDeviceSize(sysRoot string, major, minor uint32) (int64, error) {
-	return 0, fmt.Errorf("block device size %d:%d: %w", major, minor, errors.ErrUnsupported)
-}
-
 func statfsPath(path string) (FilesystemUsage, error) {
 	return FilesystemUsage{}, fmt.Errorf("statfs %q: %w", path, errors.ErrUnsupported)
 }
