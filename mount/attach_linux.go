@@ -98,49 +98,19 @@ func (a *Attacher) checkSource(sourceDir string) (int64, error) {
 }
 
 func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
-	root, err := openKubeletRoot(a.KubeletRoot)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	src, err := a.openSource(t, root, sourceDir)
-	if err != nil {
-		return "", err
-	}
-	defer src.f.Close()
-	dir, dirID, err := openTargetDir(t, root, targetDir)
-	if err != nil {
-		return "", err
-	}
-	defer dir.Close()
-	return settleTwice(func() (outcome.Result, error) { return a.settleFile(s, t, src, dir, dirID, file) })
+	return a.attachIn(s, t, targetDir, file, func(root *os.File) (binding, error) {
+		src, err := a.openSource(t, root, sourceDir)
+		if err != nil {
+			return binding{}, err
+		}
+		return fileBinding(src), nil
+	})
 }
 
-// settleFile looks at the target of src in dir, judges it and binds src
-// there unless it is already bound. A failed bind reports what it set out
-// to do (mounted or replaced) with its error.
-func (a *Attacher) settleFile(s steps, t *mountinfo.Table, src *source, dir *os.File, dirID uint64, file string) (outcome.Result, error) {
-	tg, err := claimTarget(func() (target, error) { return inspectTarget(t, dir, dirID, file) },
-		func() error { return createTarget(s, dir, file) })
-	if err != nil {
-		return "", err
-	}
-	result := outcome.Mounted
-	switch {
-	case tg.mounted && sameSource(tg, src) && tg.depth <= 1:
-		return outcome.Unchanged, a.fixOwner(s, dir, file, tg)
-	case tg.mounted && sameSource(tg, src) && sameBeneath(t, tg):
-		return peelToOne(s, t, dir, tg, file, func() (outcome.Result, error) { return a.settleFile(s, t, src, dir, dirID, file) })
-	case tg.mounted:
-		if _, err := peel(s, t, dir, dirID, file); err != nil {
-			return "", err
-		}
-		result = outcome.Replaced
-	}
-	if err := bindFile(s, src, dir, dirID, file); err != nil {
-		return result, fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
-	}
-	return result, a.chownMounted(s, src, dir, dirID, file)
+// fileBinding binds a disk.img onto a regular file.
+func fileBinding(src *source) binding {
+	return binding{src: src.f, st: src.st, shows: func(tg target) bool { return sameSource(tg, src) },
+		look: inspectTarget, create: createTarget, open: openFileToBind}
 }
 
 // openSource opens sourceDir/disk.img and checks that it is a plain file of
@@ -234,45 +204,9 @@ func openTarget(dir *os.File, file string) (*os.File, error) {
 }
 
 // inspectTarget says what is at dir/file. A target that is not a regular
-// file is refused. The fd it used is closed again, since an open fd on a
-// mount would make unmounting it fail with EBUSY.
+// file is refused.
 func inspectTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file string) (target, error) {
-	var tg target
-	f, err := openTarget(dir, file)
-	if errors.Is(err, unix.ENOENT) {
-		return tg, nil
-	}
-	where := filepath.Join(dir.Name(), file)
-	if err != nil {
-		return tg, fmt.Errorf("open target %q: %w", where, err)
-	}
-	defer f.Close()
-	tg.exists = true
-	if tg.st, err = lookAt(f); err != nil {
-		if deadSource(err) {
-			// Only a mount's filesystem can go dead under a file the
-			// agent made in the launcher's directory.
-			stack := t.At(where)
-			tg.mounted, tg.dead, tg.depth = true, true, len(stack)
-			if len(stack) > 0 {
-				tg.top = stack[len(stack)-1]
-			}
-			return tg, nil
-		}
-		return tg, fmt.Errorf("stat target %q: %w", where, err)
-	}
-	if kind := isolation.FileKind(tg.st.Mode); kind != "regular file" {
-		return tg, fmt.Errorf("target %q: %w: is a %s, not a regular file", where, isolation.ErrUnsafePath, kind)
-	}
-	if tg.id, err = isolation.MountID(f); err != nil {
-		return tg, err
-	}
-	if tg.id == dirID {
-		return tg, nil
-	}
-	tg.mounted = true
-	tg.top, tg.depth = stackOn(t, tg.id, dirID)
-	return tg, nil
+	return lookTarget(t, dir, dirID, file, "regular file")
 }
 
 // lookAt is what Observe, Attach and Detach need to know of a target: its
@@ -485,29 +419,23 @@ func describeMount(t *mountinfo.Table, id uint64) string {
 	return fmt.Sprintf("mount %d", id)
 }
 
-// bindFile mounts the validated source file onto dir/file, which must then
-// have nothing mounted on it. Only the file is bound: no directory, no
-// recursive bind.
-func bindFile(s steps, src *source, dir *os.File, dirID uint64, file string) error {
+// openFileToBind opens dir/file, a regular file, to bind a disk.img onto.
+// Only the file is bound: no directory, no recursive bind.
+func openFileToBind(dir *os.File, file string) (*os.File, error) {
 	tf, err := openTarget(dir, file)
 	if err != nil {
-		return fmt.Errorf("open target: %w", err)
+		return nil, fmt.Errorf("open target: %w", err)
 	}
-	defer tf.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(tf.Fd()), &st); err != nil {
-		return err
+		tf.Close()
+		return nil, err
 	}
 	if kind := isolation.FileKind(st.Mode); kind != "regular file" {
-		return fmt.Errorf("%w: target is a %s, not a regular file", isolation.ErrUnsafePath, kind)
+		tf.Close()
+		return nil, fmt.Errorf("%w: target is a %s, not a regular file", isolation.ErrUnsafePath, kind)
 	}
-	if err := onDirMount(tf, dirID); err != nil {
-		return err
-	}
-	if err := s.next("bind"); err != nil {
-		return err
-	}
-	return bindPrivate(src.f, dir, file, tf)
+	return tf, nil
 }
 
 // bindPrivate binds src (a disk.img or a volume directory, held O_PATH)
@@ -591,44 +519,6 @@ func makePrivate(tree int) error {
 		return fmt.Errorf("make the detached bind private: %w", err)
 	}
 	return nil
-}
-
-// chownMounted checks that dir/file now shows src's inode and gives it to
-// the QEMU user.
-func (a *Attacher) chownMounted(s steps, src *source, dir *os.File, dirID uint64, file string) error {
-	where := filepath.Join(dir.Name(), file)
-	f, err := openTarget(dir, file)
-	if err != nil {
-		return fmt.Errorf("open mounted target %q: %w", where, err)
-	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fmt.Errorf("stat mounted target %q: %w", where, err)
-	}
-	id, err := isolation.MountID(f)
-	if err != nil {
-		return err
-	}
-	if id == dirID || st.Dev != src.st.Dev || st.Ino != src.st.Ino {
-		return fmt.Errorf("target %q does not show %q after mounting", where, src.f.Name())
-	}
-	return a.chown(s, f, st)
-}
-
-// fixOwner gives an already correct mount to the QEMU user if it is not
-// already theirs (a crash between mount and chown).
-func (a *Attacher) fixOwner(s steps, dir *os.File, file string, tg target) error {
-	uid, gid := a.qemuIDs()
-	if int(tg.st.Uid) == uid && int(tg.st.Gid) == gid {
-		return nil
-	}
-	f, err := openTarget(dir, file)
-	if err != nil {
-		return fmt.Errorf("open mounted target %q: %w", filepath.Join(dir.Name(), file), err)
-	}
-	defer f.Close()
-	return a.chown(s, f, tg.st)
 }
 
 func (a *Attacher) chown(s steps, f *os.File, st unix.Stat_t) error {

@@ -32,47 +32,25 @@ func (a *Attacher) attachDir(t *mountinfo.Table, sourceDir, targetDir, file stri
 }
 
 func (a *Attacher) attachDirHere(s steps, t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
-	root, err := openKubeletRoot(a.KubeletRoot)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	src, err := openDirSource(root, sourceDir)
-	if err != nil {
-		return "", err
-	}
-	defer src.f.Close()
-	dir, dirID, err := openTargetDir(t, root, targetDir)
-	if err != nil {
-		return "", err
-	}
-	defer dir.Close()
-	return settleTwice(func() (outcome.Result, error) { return a.settleDir(s, t, src, dir, dirID, file) })
+	return a.attachIn(s, t, targetDir, file, func(root *os.File) (binding, error) {
+		src, err := openDirSource(root, sourceDir)
+		if err != nil {
+			return binding{}, err
+		}
+		return dirBinding(src), nil
+	})
 }
 
-// settleDir is settleFile for a directory volume.
-func (a *Attacher) settleDir(s steps, t *mountinfo.Table, src *dirSource, dir *os.File, dirID uint64, file string) (outcome.Result, error) {
-	tg, err := claimTarget(func() (target, error) { return inspectDirTarget(t, dir, dirID, file) },
-		func() error { return createTargetDir(s, dir, file) })
-	if err != nil {
-		return "", err
-	}
-	result := outcome.Mounted
-	switch {
-	case tg.mounted && !tg.dead && tg.depth <= 1 && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino:
-		return outcome.Unchanged, a.chownDir(s, dir, file, tg.st)
-	case tg.mounted && !tg.dead && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino && sameBeneath(t, tg):
-		return peelToOne(s, t, dir, tg, file, func() (outcome.Result, error) { return a.settleDir(s, t, src, dir, dirID, file) })
-	case tg.mounted:
-		if _, err := peel(s, t, dir, dirID, file); err != nil {
-			return "", err
-		}
-		result = outcome.Replaced
-	}
-	if err := bindDir(s, src, dir, dirID, file); err != nil {
-		return result, fmt.Errorf("bind %q onto %q: %w", src.f.Name(), filepath.Join(dir.Name(), file), err)
-	}
-	return result, a.chownMountedDir(s, src, dir, dirID, file)
+// dirBinding binds a volume directory onto a directory.
+func dirBinding(src *dirSource) binding {
+	return binding{src: src.f, st: src.st, shows: src.shownBy,
+		look: inspectDirTarget, create: createTargetDir, open: openDirToBind}
+}
+
+// shownBy reports that the mount on the target is a live bind of the
+// volume directory: the same directory, on a filesystem that answers.
+func (src *dirSource) shownBy(tg target) bool {
+	return !tg.dead && tg.st.Dev == src.st.Dev && tg.st.Ino == src.st.Ino
 }
 
 // createTargetDir makes the empty directory to mount on, exclusively, as
@@ -119,39 +97,11 @@ func inspectDirTarget(t *mountinfo.Table, dir *os.File, dirID uint64, file strin
 }
 
 func inspectDirOnce(t *mountinfo.Table, dir *os.File, dirID uint64, file string) (target, error) {
-	var tg target
-	where := filepath.Join(dir.Name(), file)
-	f, err := openTarget(dir, file)
-	if errors.Is(err, unix.ENOENT) {
-		return tg, nil
-	}
-	if err != nil {
-		return tg, fmt.Errorf("open target %q: %w", where, err)
-	}
-	defer f.Close()
-	tg.exists = true
-	if tg.st, err = lookAt(f); err != nil {
-		if !deadSource(err) {
-			return tg, fmt.Errorf("stat target %q: %w", where, err)
-		}
-		stack := t.At(where)
-		tg.mounted, tg.dead, tg.depth = true, true, len(stack)
-		if len(stack) > 0 {
-			tg.top = stack[len(stack)-1]
-		}
-		return tg, nil
-	}
-	if kind := isolation.FileKind(tg.st.Mode); kind != "directory" {
-		return tg, fmt.Errorf("target %q: %w: is a %s, not a directory", where, isolation.ErrUnsafePath, kind)
-	}
-	if tg.id, err = isolation.MountID(f); err != nil {
+	tg, err := lookTarget(t, dir, dirID, file, "directory")
+	if err != nil || !tg.exists || tg.mounted {
 		return tg, err
 	}
-	if tg.id != dirID {
-		tg.mounted = true
-		tg.top, tg.depth = stackOn(t, tg.id, dirID)
-		return tg, nil
-	}
+	where := filepath.Join(dir.Name(), file)
 	if afterDirTargetOpen != nil {
 		afterDirTargetOpen(where)
 	}
@@ -210,63 +160,17 @@ func dirEmpty(dir *os.File, dirID uint64, file string) (bool, error) {
 	return len(names) == 0, err
 }
 
-// bindDir mounts the source directory onto dir/file, which must then have
-// nothing mounted on it, by the rule file binds follow too (bindPrivate):
-// only the volume's own mount, submounts stay behind, and the bind leaves
-// the peer group of the kubelet's volume mount, so that a mount made
-// inside the PVC later does not follow it into the launcher.
-func bindDir(s steps, src *dirSource, dir *os.File, dirID uint64, file string) error {
+// openDirToBind opens dir/file, a directory, to bind a volume directory
+// onto. The bind follows the rule of file binds (bindPrivate): only the
+// volume's own mount, submounts stay behind, and the bind leaves the peer
+// group of the kubelet's volume mount, so that a mount made inside the PVC
+// later does not follow it into the launcher.
+func openDirToBind(dir *os.File, file string) (*os.File, error) {
 	fd, err := unix.Openat(int(dir.Fd()), file, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open target: %w", err)
+		return nil, fmt.Errorf("open target: %w", err)
 	}
-	tf := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), file))
-	defer tf.Close()
-	if err := onDirMount(tf, dirID); err != nil {
-		return err
-	}
-	if err := s.next("bind"); err != nil {
-		return err
-	}
-	return bindPrivate(src.f, dir, file, tf)
-}
-
-// chownMountedDir checks that dir/file now shows the source directory and
-// gives it to the QEMU user.
-func (a *Attacher) chownMountedDir(s steps, src *dirSource, dir *os.File, dirID uint64, file string) error {
-	where := filepath.Join(dir.Name(), file)
-	f, err := openTarget(dir, file)
-	if err != nil {
-		return fmt.Errorf("open mounted target %q: %w", where, err)
-	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fmt.Errorf("stat mounted target %q: %w", where, err)
-	}
-	id, err := isolation.MountID(f)
-	if err != nil {
-		return err
-	}
-	if id == dirID || st.Dev != src.st.Dev || st.Ino != src.st.Ino {
-		return fmt.Errorf("target %q does not show %q after mounting", where, src.f.Name())
-	}
-	return a.chown(s, f, st)
-}
-
-// chownDir gives an already correct mount to the QEMU user if it is not
-// theirs yet (a crash between mount and chown).
-func (a *Attacher) chownDir(s steps, dir *os.File, file string, st unix.Stat_t) error {
-	uid, gid := a.qemuIDs()
-	if int(st.Uid) == uid && int(st.Gid) == gid {
-		return nil
-	}
-	f, err := openTarget(dir, file)
-	if err != nil {
-		return fmt.Errorf("open mounted target %q: %w", filepath.Join(dir.Name(), file), err)
-	}
-	defer f.Close()
-	return a.chown(s, f, st)
+	return os.NewFile(uintptr(fd), filepath.Join(dir.Name(), file)), nil
 }
 
 func (a *Attacher) detachDir(t *mountinfo.Table, targetDir, file string) (outcome.Result, error) {
