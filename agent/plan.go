@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -144,23 +145,23 @@ func buildPlan(in planInput) []op {
 func planVolume(in planInput, it *volumeIntent, o *ObservedVolume) (attach, grow []op) {
 	ok := o.Healthy(it.Desired.Mode)
 	name := it.Desired.Name
+	kind, _ := hotplug.KindOf(it.Desired.Mode)
 	switch {
 	case it.Attachable && !ok:
 		attach = []op{{Kind: outcome.Attach, Name: name, Intent: it, Observed: o}}
-	case ok && it.Desired.Mode == kubevirt.Block && (in.Resync || in.VerifyBlock):
+	case ok && kind.DeviceRule && (in.Resync || in.VerifyBlock):
 		// Also when the attachment pod is gone: the node's cgroup rule
 		// can be lost long after the volume was published.
 		attach = []op{{Kind: outcome.Verify, Name: name, Intent: it, Observed: o}}
 	}
 	// A volume attached in this pass is not in this pass's mount table
 	// snapshot; its growth check runs in the pass that follows the attach.
-	// A directory volume has no disk.img to size and is never grown.
+	// A kind with nothing to size is never checked (Kind.GrowthChecked).
 	// A volume whose storage did not answer this pass's probe is not sent
 	// to growth, which would only wait on it too: every resync's check
 	// held the growth runner for --grow-timeout and wrote off a thread
 	// (#37). Its check runs once the storage answers again.
-	if !ok || it.Desired.Mode == kubevirt.Directory || it.Desired.Mode == kubevirt.Filesystem && !in.GrowFilesystems ||
-		o.Unchecked != nil {
+	if !ok || !kind.GrowthChecked(in.GrowFilesystems) || o.Unchecked != nil {
 		return attach, nil
 	}
 	if in.Resync || in.CapacityChanged == nil || in.CapacityChanged(name, it.Desired.CapacityBytes) ||

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -228,8 +229,12 @@ func notPropagated(o *ObservedVolume, r *applied) string {
 	return ""
 }
 
-// ruleRestored: a verify of a block node in place found its device rule
-// gone and allowed it again (the engine's "created" for such a node).
+// ruleRestored: a verify of a node in place found its device rule gone
+// and allowed it again (the engine's "created" for such a node).
 func ruleRestored(r applied) bool {
-	return r.Op.Kind == outcome.Verify && r.Result == outcome.Created && r.Op.Intent != nil && r.Op.Intent.Desired.Mode == kubevirt.Block
+	if r.Op.Kind != outcome.Verify || r.Result != outcome.Created || r.Op.Intent == nil {
+		return false
+	}
+	kind, _ := hotplug.KindOf(r.Op.Intent.Desired.Mode)
+	return kind.DeviceRule
 }

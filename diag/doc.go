@@ -19,7 +19,9 @@
 // package, the same calls the agent makes, so diag's refused verdict and its
 // refusalReason match the agent's HotplugRefused Event and
 // hpmount_refusals_total{reason} (test/parity holds them together). It never
-// imports the agent.
+// imports the agent. What a volume's target is named and which checks it
+// gets come from its kind (hotplug.KindOf); diag's half of the kinds table
+// (inspections, inspect.go) says which inspection each kind gets.
 //
 // The mount table is read once per run, with `findmnt --json --list
 // --nofsroot` (FindmntArgs) or from <host-proc>/<host-pid>/mountinfo

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/grow"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
@@ -78,7 +79,8 @@ func (in *inspector) inspectVMI(ctx context.Context, cl *apiView, vmi *kubevirt.
 	for _, hv := range vols {
 		v := Volume{Namespace: vmi.Namespace, VMI: vmi.Name, Volume: hv.Name, Claim: hv.Claim, Mode: string(hv.Mode),
 			Migration: p.Migration.String()}
-		f := &findings{block: hv.Mode == kubevirt.Block}
+		kind, _ := hotplug.KindOf(hv.Mode)
+		f := &findings{block: !kind.Bound}
 		vc := volumeCtx{vmi: vmi, launcher: launcher, hv: hv}
 		fillStatus(&v, hv.Status)
 		v.LastAttach = cl.attaches.of(vmi.UID, hv.Name)
@@ -112,25 +114,27 @@ func fillStatus(v *Volume, st *kubevirt.VolumeStatus) {
 
 func (in *inspector) inspectVolume(ctx context.Context, cl *apiView, v *Volume, f *findings, vc *volumeCtx) {
 	v.LauncherPod = &PodRef{Name: vc.launcher.Name, UID: string(vc.launcher.UID)}
-	targetDir := kubelet.HotplugDisksDir(string(vc.launcher.UID))
-	name := v.Volume
-	switch vc.hv.Mode {
-	case kubevirt.Directory:
-		name = kubelet.DirTargetName(v.Volume)
-	case kubevirt.Filesystem:
-		name = kubelet.TargetName(v.Volume)
+	kind, known := hotplug.KindOf(vc.hv.Mode)
+	inspect := inspections[vc.hv.Mode]
+	if !known || inspect == nil {
+		// kubevirt refuses a volume of a mode no kind has: not reached.
+		f.err = fmt.Errorf("volume %q: no kind of volume has mode %q", v.Volume, vc.hv.Mode)
+		return
 	}
-	v.Target = in.hostPath(path.Join(targetDir, name))
+	targetDir := kubelet.HotplugDisksDir(string(vc.launcher.UID))
+	v.Target = in.hostPath(path.Join(targetDir, kind.Target(v.Volume)))
 	f.target = v.Target
 	in.checkAttachment(ctx, cl, v, vc)
-	switch {
-	case f.block:
-		in.inspectBlock(v, f, vc, targetDir)
-	case vc.hv.Mode == kubevirt.Directory:
-		in.inspectDirectory(v, f, vc, targetDir)
-	default:
-		in.inspectFilesystem(v, f, vc, targetDir)
-	}
+	inspect(in, v, f, vc, targetDir)
+}
+
+// inspections is what diag checks of each kind, by mode: diag's half of
+// the kinds table (hotplug.Kinds), one entry for each kind
+// (TestInspectionsCoverKinds).
+var inspections = map[kubevirt.VolumeMode]func(in *inspector, v *Volume, f *findings, vc *volumeCtx, targetDir string){
+	kubevirt.Filesystem: (*inspector).inspectFilesystem,
+	kubevirt.Directory:  (*inspector).inspectDirectory,
+	kubevirt.Block:      (*inspector).inspectBlock,
 }
 
 // checkAttachment names the verified attachment pod and finds the PV name.

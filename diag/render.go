@@ -11,6 +11,9 @@ import (
 	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/hpmount/hpmount/hotplug"
+	"github.com/hpmount/hpmount/kubevirt"
 )
 
 // Output formats of Render.
@@ -73,11 +76,8 @@ func volumeColumns(wide bool) []column {
 
 func volumeRow(v *Volume, wide bool) []string {
 	mode := "fs"
-	switch v.Mode {
-	case "Block":
-		mode = "block"
-	case "Directory":
-		mode = "dir"
+	if k, ok := hotplug.KindOf(kubevirt.VolumeMode(v.Mode)); ok {
+		mode = k.Short
 	}
 	src := v.Mount.SourceWithRoot()
 	if v.Device != nil && v.Device.Node != "" {

@@ -10,8 +10,17 @@
 // (ErrStuck, ErrBusy, ErrNotPropagated), the Engine interface itself and
 // its optional watchers (MountWatcher, RuleWatcher, with MountChange).
 //
+// It also holds the table of volume kinds (Kinds, KindOf): for each mode,
+// its target's name, whether its target is a bind, whether and how it
+// grows, whether it has a device rule, whether QEMU opens it, its name in
+// diag's table and the metric label value it adds. The agent, the engine,
+// diag and metrics ask a volume's Kind, never its mode; the engine's half
+// (how a kind is attached, detached, listed and grown) is package node's,
+// diag's half (what it checks) package diag's.
+//
 // It owns the words, not the behaviour: it is a leaf that imports only
-// kubevirt and outcome, so that the engine implements the contract
-// without importing the control loop, and the control loop drives any
-// engine (the real one, or a test's fake) without knowing the node.
+// kubevirt, outcome and, for the target names, kubelet, so that the engine
+// implements the contract without importing the control loop, and the
+// control loop drives any engine (the real one, or a test's fake) without
+// knowing the node.
 package hotplug

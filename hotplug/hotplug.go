@@ -85,12 +85,13 @@ type ObservedVolume struct {
 }
 
 // Healthy reports whether an observed entry already is what a volume of
-// mode wants: a single live mount, or a block node nothing is mounted on.
+// mode wants: a single live mount on a bound kind's target (Kind.Bound),
+// or a node nothing is mounted on.
 func (o *ObservedVolume) Healthy(mode kubevirt.VolumeMode) bool {
 	if o == nil || o.Mode != mode {
 		return false
 	}
-	if mode == kubevirt.Filesystem || mode == kubevirt.Directory {
+	if k, _ := KindOf(mode); k.Bound {
 		return o.Mounted && o.Stacked <= 1 && !o.SourceGone
 	}
 	return !o.Mounted

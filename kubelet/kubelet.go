@@ -70,8 +70,12 @@ func CSIPublishFile(pv, podUID string) string {
 }
 
 // TargetName is the file name of a filesystem volume's target in
-// hotplug-disks: <volume>.img. A block volume's node is the volume's name.
+// hotplug-disks: <volume>.img.
 func TargetName(volume string) string { return volume + ".img" }
+
+// NodeTargetName is the name of a block volume's device node in
+// hotplug-disks: the volume's name, where QEMU opens it.
+func NodeTargetName(volume string) string { return volume }
 
 // FileTargetVolume is TargetName's inverse: the volume whose filesystem
 // target is the entry file of hotplug-disks, and whether file is named as

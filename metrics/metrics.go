@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hpmount/hpmount/agent"
+	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/outcome"
 )
@@ -51,8 +52,9 @@ const (
 	QueueStatus    = "hpmount-status"
 )
 
-// Volume mode label values. Anything the agent reports that is not a known
-// PVC volume mode is folded into ModeUnknown so the label stays bounded.
+// Volume mode label values: each kind's mode (hotplug.Kinds). Anything
+// the agent reports that is no kind's mode is folded into ModeUnknown so
+// the label stays bounded.
 const (
 	ModeFilesystem = string(kubevirt.Filesystem)
 	ModeBlock      = string(kubevirt.Block)
@@ -61,7 +63,9 @@ const (
 )
 
 var (
-	knownModes  = []string{ModeFilesystem, ModeBlock, ModeDirectory, ModeUnknown}
+	// knownModes are the values the kinds add (hotplug.Kinds), and
+	// ModeUnknown.
+	knownModes  = append(kindModes(), ModeUnknown)
 	knownStates = []string{agent.StateMounted, agent.StatePending, agent.StateRefused, agent.StateFailed, agent.StateUnmounted, agent.StateNotPropagated}
 	expansions  = []string{agent.ExpansionGrown, agent.ExpansionUnchanged, agent.ExpansionFailed, agent.ExpansionShrinkIgnored}
 )
@@ -161,7 +165,7 @@ func New(version, revision string) *Metrics {
 	for _, r := range kubevirt.RefusalReasons {
 		m.refusals.WithLabelValues(r)
 	}
-	for _, mode := range []string{ModeFilesystem, ModeBlock, ModeDirectory} {
+	for _, mode := range kindModes() {
 		m.attachLatency.WithLabelValues(mode)
 	}
 	for _, p := range agent.AttachPhases {
@@ -373,12 +377,19 @@ func (m *Metrics) ForgetVMI(namespace, vmi string) {
 }
 
 func normalizeMode(mode string) string {
-	switch mode {
-	case ModeFilesystem, ModeBlock, ModeDirectory:
+	if _, ok := hotplug.KindOf(kubevirt.VolumeMode(mode)); ok {
 		return mode
-	default:
-		return ModeUnknown
 	}
+	return ModeUnknown
+}
+
+// kindModes is the mode label's value of each kind.
+func kindModes() []string {
+	var out []string
+	for _, k := range hotplug.Kinds() {
+		out = append(out, string(k.Mode))
+	}
+	return out
 }
 
 func firstPositive(a, b int64) int64 {

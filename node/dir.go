@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/hpmount/hpmount/hotplug"
-	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/outcome"
@@ -18,9 +17,10 @@ import (
 // missing disk.img; a refused attach names it.
 const CreateDiskImagesFlag = "--create-disk-images"
 
-// attachDir binds the published PVC's root onto hotplug-disks/<volume>.
-func (e *Engine) attachDir(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, src string) (outcome.Result, error) {
-	file, err := targetName(v.Name, kubelet.DirTargetName)
+// attachDir binds the published PVC's root onto its target
+// hotplug-disks/name(v.Name), a directory.
+func (e *Engine) attachDir(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, src string, name func(string) string) (outcome.Result, error) {
+	file, err := targetName(v.Name, name)
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
 	}
@@ -31,11 +31,11 @@ func (e *Engine) attachDir(h hands, t *mountinfo.Table, v hotplug.DesiredVolume,
 	return r, e.confirmSeenAt(h.ns, v.LauncherUID, v.Name, file, entryKey{})
 }
 
-// attachFile binds disk.img, first creating it if it is missing and the
-// engine may (Config.CreateDiskImages). A created image makes the result
-// Created.
-func (e *Engine) attachFile(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, src string) (outcome.Result, error) {
-	file, err := targetName(v.Name, kubelet.TargetName)
+// attachFile binds disk.img onto its target hotplug-disks/name(v.Name),
+// first creating it if it is missing and the engine may
+// (Config.CreateDiskImages). A created image makes the result Created.
+func (e *Engine) attachFile(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, src string, name func(string) string) (outcome.Result, error) {
+	file, err := targetName(v.Name, name)
 	if err != nil {
 		return outcome.Unchanged, refusal(err)
 	}

@@ -49,6 +49,10 @@
 //     (listing.go); one serial thread for the rest (the launcher listing,
 //     virt-handler's record, the readiness gate's reads).
 //
+// How each kind of volume is listed, attached, detached and grown is its
+// entry in the engine's half of the kinds table (kinds.go), keyed by the
+// kinds of hotplug.Kinds: the engine asks the table, never the mode.
+//
 // It translates engine errors at its own boundary, so that the agent
 // imports none of mount, blockdev or isolation: tenant content the node
 // refuses becomes a *kubevirt.Refusal (unsafe-content), a volume the

@@ -353,8 +353,9 @@ type bind struct {
 	entry  entryKey
 }
 
-func bindOf(f mount.Observed, mode kubevirt.VolumeMode, target string) bind {
-	return bind{target: target, entry: fileEntry(f), o: hotplug.ObservedVolume{Name: f.Name, Mode: mode, Mounted: f.Mounted,
+// bindOf is the bind f of volume f.Name, of kind k.
+func bindOf(f mount.Observed, k hotplug.Kind) bind {
+	return bind{target: k.Target(f.Name), entry: fileEntry(f), o: hotplug.ObservedVolume{Name: f.Name, Mode: k.Mode, Mounted: f.Mounted,
 		Stacked: f.Depth, SourceDev: f.Dev, SourceRoot: f.Root, SourceGone: f.SourceGone}}
 }
 
@@ -413,29 +414,25 @@ func (e *Engine) attach(s hotplug.Snapshot, v hotplug.DesiredVolume) (outcome.Re
 }
 
 func (e *Engine) attachOn(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (outcome.Result, error) {
-	if v.Mode == kubevirt.Block {
-		t, err := e.tableFor(h.ns, s, v.LauncherUID)
-		if err != nil {
-			return outcome.Unchanged, err
-		}
-		r, err := e.attachBlock(h, t, v)
-		return r, refusal(err)
+	k, err := kindOf(v.Mode)
+	if err != nil {
+		return outcome.Unchanged, fmt.Errorf("attach %q: %w", v.Name, err)
 	}
+	return k.attach(e, h, s, v)
+}
+
+// bindSource finds where the kubelet published a bound volume, and the
+// table to bind it by: the launcher's mounts and the volume's own, which a
+// bind's source is checked against.
+func (e *Engine) bindSource(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (*mountinfo.Table, string, error) {
 	src, err := isolation.Call(h.ns, func() (string, error) {
 		return kubelet.FindPublished(e.root, string(v.Source.AttachmentPodUID), v.Source.PVName)
 	})
 	if err != nil {
-		return outcome.Unchanged, refusal(err)
+		return nil, "", refusal(err)
 	}
-	// The volume's own mount too: a bind's source is checked against it.
 	t, err := e.tableFor(h.ns, s, v.LauncherUID, src)
-	if err != nil {
-		return outcome.Unchanged, err
-	}
-	if v.Mode == kubevirt.Directory {
-		return e.attachDir(h, t, v, src)
-	}
-	return e.attachFile(h, t, v, src)
+	return t, src, err
 }
 
 // Detach unmounts and removes a filesystem or directory volume's target,
@@ -453,24 +450,23 @@ func (e *Engine) detach(s hotplug.Snapshot, launcher types.UID, o hotplug.Observ
 }
 
 func (e *Engine) detachOn(h hands, s hotplug.Snapshot, launcher types.UID, o hotplug.ObservedVolume) (outcome.Result, error) {
+	k, err := kindOf(o.Mode)
+	if err != nil {
+		return outcome.Unchanged, fmt.Errorf("detach %q: %w", o.Name, err)
+	}
 	t, err := e.tableFor(h.ns, s, launcher)
 	if err != nil {
 		return outcome.Unchanged, err
 	}
-	dir := hotplugDisks(launcher)
 	e.held.forget(growKey{launcher, o.Name})
-	if o.Mode != kubevirt.Block {
-		e.memo.forget(growKey{launcher, o.Name})
-		e.sight.forget(growKey{launcher, o.Name})
-		if o.Mode == kubevirt.Directory {
-			r, err := h.attacher.DetachDir(t, dir, kubelet.DirTargetName(o.Name))
-			return r, stuck(err)
-		}
-		r, err := h.attacher.Detach(t, dir, kubelet.TargetName(o.Name))
-		return r, stuck(err)
-	}
-	r, err := e.detachBlock(h, t, launcher, o.Name)
-	return r, stuck(err)
+	return k.detach(e, h, t, launcher, o.Name)
+}
+
+// forgetBind drops what the engine remembers of a bind it detaches: its
+// growth check and the launcher's sight of it.
+func (e *Engine) forgetBind(launcher types.UID, name string) {
+	e.memo.forget(growKey{launcher, name})
+	e.sight.forget(growKey{launcher, name})
 }
 
 // Launchers lists the pod directories whose hotplug-disks holds an entry.

@@ -17,7 +17,6 @@ import (
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
-	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mountinfo"
 )
 
@@ -73,14 +72,15 @@ func (m *growMemo) forget(k growKey) {
 
 // quickGrow answers a growth check from the memo when the mount on the
 // target and its device's size are what they were at the last check that
-// found nothing to grow. The mount comes from the batch's mount table and
-// the size from sysfs: no file of the volume is opened.
-func (e *Engine) quickGrow(t *mountinfo.Table, v hotplug.DesiredVolume) (hotplug.GrowResult, grown, bool) {
+// found nothing to grow; file is the volume's target in hotplug-disks. The
+// mount comes from the batch's mount table and the size from sysfs: no
+// file of the volume is opened.
+func (e *Engine) quickGrow(t *mountinfo.Table, v hotplug.DesiredVolume, file string) (hotplug.GrowResult, grown, bool) {
 	now := grown{capacity: v.CapacityBytes, overhead: v.FilesystemOverhead}
 	if e.grow.DiskImages {
 		return hotplug.GrowResult{}, now, false // the image's target moves with the free space
 	}
-	target := e.root.Abs(kubelet.HotplugDisksDir(string(v.LauncherUID)) + "/" + kubelet.TargetName(v.Name))
+	target := e.root.Abs(kubelet.HotplugDisksDir(string(v.LauncherUID)) + "/" + file)
 	top, depth := t.Top(target)
 	if top == nil || depth != 1 {
 		return hotplug.GrowResult{}, now, false
@@ -105,15 +105,21 @@ func (e *Engine) Grow(ctx context.Context, s hotplug.Snapshot, v hotplug.Desired
 }
 
 func (e *Engine) growOn(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (hotplug.GrowResult, error) {
+	k, err := kindOf(v.Mode)
+	if err != nil {
+		return hotplug.GrowResult{}, fmt.Errorf("grow %q: %w", v.Name, err)
+	}
 	t, err := e.tableFor(h.ns, s, v.LauncherUID)
 	if err != nil {
 		return hotplug.GrowResult{}, err
 	}
-	dir := hotplugDisks(v.LauncherUID)
-	if v.Mode == kubevirt.Block {
-		return e.blockSize(t, v.LauncherUID, v.Name)
-	}
-	quick, now, ok := e.quickGrow(t, v)
+	return k.grow(e, h, t, v)
+}
+
+// growFile checks the filesystem volume v, bound onto its target
+// name(v.Name), and grows what the policy allows.
+func (e *Engine) growFile(h hands, t *mountinfo.Table, v hotplug.DesiredVolume, name func(string) string) (hotplug.GrowResult, error) {
+	quick, now, ok := e.quickGrow(t, v, name(v.Name))
 	if ok {
 		return quick, nil
 	}
@@ -125,11 +131,11 @@ func (e *Engine) growOn(h hands, s hotplug.Snapshot, v hotplug.DesiredVolume) (h
 		}
 		growFS = !published
 	}
-	file, err := targetName(v.Name, kubelet.TargetName)
+	file, err := targetName(v.Name, name)
 	if err != nil {
-		return hotplug.GrowResult{}, fmt.Errorf("grow %q: %w", kubelet.TargetName(v.Name), err)
+		return hotplug.GrowResult{}, fmt.Errorf("grow %q: %w", name(v.Name), err)
 	}
-	r, err := h.grower.Grow(t, dir, file, grow.Options{
+	r, err := h.grower.Grow(t, hotplugDisks(v.LauncherUID), file, grow.Options{
 		GrowFilesystem:     growFS,
 		ExpandDiskImage:    e.grow.DiskImages,
 		CapacityBytes:      v.CapacityBytes,

@@ -13,8 +13,6 @@ import (
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
-	"github.com/hpmount/hpmount/kubelet"
-	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
 	"github.com/hpmount/hpmount/propagation"
@@ -99,20 +97,12 @@ func (e *Engine) listHere(a *mount.Attacher, t *mountinfo.Table, launcher types.
 // listOpened is listHere's looks, through a, which holds the launcher's
 // hotplug-disks open (mount.Attacher.WithLauncherDir).
 func (e *Engine) listOpened(a *mount.Attacher, t *mountinfo.Table, dir string, hung map[string]bool) (listing, error) {
-	binds, err := observeBinds(a, t, dir)
+	ls, err := e.listKinds(a, t, dir)
 	if err != nil {
 		return listing{}, err
 	}
-	nodes, err := mount.InLauncherDir(a, t, dir, e.nodes.Observe)
-	if errors.Is(err, os.ErrNotExist) {
-		nodes, err = nil, nil
-	}
-	if err != nil {
-		return listing{}, err
-	}
-	ls := listing{t: t, binds: binds, nodes: nodes}
 	var names []string
-	for _, b := range binds {
+	for _, b := range ls.binds {
 		if b.o.Healthy(b.o.Mode) && !hung[b.o.Name] {
 			names = append(names, b.target)
 		}
@@ -124,7 +114,7 @@ func (e *Engine) listOpened(a *mount.Attacher, t *mountinfo.Table, dir string, h
 	// tells what happened to it.
 	files, _ := a.OpenBound(t, dir, names)
 	ls.bound = map[string]*os.File{}
-	for _, b := range binds {
+	for _, b := range ls.binds {
 		if f := files[b.target]; f != nil {
 			ls.bound[b.o.Name] = f
 		}
@@ -135,29 +125,6 @@ func (e *Engine) listOpened(a *mount.Attacher, t *mountinfo.Table, dir string, h
 	return ls, nil
 }
 
-// observeBinds lists the launcher's file and directory binds, unchecked,
-// each named by its volume.
-func observeBinds(a *mount.Attacher, t *mountinfo.Table, dir string) ([]bind, error) {
-	files, err := a.Observe(t, dir, kubelet.ReadFileTargets)
-	if err != nil {
-		return nil, err
-	}
-	// A directory target's name is its volume's (kubelet.DirTargetName).
-	dirs, err := a.ObserveDirs(t, dir, kubelet.ReadDirTargets)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]bind, 0, len(files)+len(dirs))
-	for _, f := range files {
-		f.Name, _ = kubelet.FileTargetVolume(f.Name)
-		out = append(out, bindOf(f, kubevirt.Filesystem, kubelet.TargetName(f.Name)))
-	}
-	for _, d := range dirs {
-		out = append(out, bindOf(d, kubevirt.Directory, kubelet.DirTargetName(d.Name)))
-	}
-	return out, nil
-}
-
 // checkBind asks whether the launcher sees a healthy bind and, for a file,
 // whether QEMU holds a stale one, both in one call on the launcher's
 // looker, and only what the memos do not already know (sight.go,
@@ -166,7 +133,8 @@ func observeBinds(a *mount.Attacher, t *mountinfo.Table, dir string) ([]bind, er
 // whether the launcher sees it, and what QEMU holds of a file.
 func (e *Engine) needsChecks(k growKey, b bind) (askSight, askHeld bool) {
 	askSight = !e.sight.has(k, b.entry)
-	askHeld = b.o.Mode == kubevirt.Filesystem && b.entry.mountID != 0 && !e.held.has(k, b.entry)
+	kind, _ := hotplug.KindOf(b.o.Mode)
+	askHeld = kind.QEMUOpens && b.entry.mountID != 0 && !e.held.has(k, b.entry)
 	return askSight, askHeld
 }
 
