@@ -37,6 +37,7 @@
 // the directory's (statx mount id) has something mounted on it, a host
 // file or device node that would be chowned or recorded in the node's
 // stead, and is refused (mount.Uncover is what removes such a mount).
+// Look is that judgement of one name, read-only, for diag.
 //
 // It refuses kubelet paths of its own (they are the kubelet package's) and
 // any decision about which volume belongs to which launcher (the agent's).

@@ -67,3 +67,11 @@ var ErrUnconfirmed = errors.New("the node's device cannot be confirmed to be the
 // now belongs to another disk, wraps ErrUnconfirmed; a missing node wraps
 // fs.ErrNotExist.
 func (n *Nodes) Recheck(dir *os.File, name string) (Device, error) { return n.recheck(dir, name) }
+
+// Look says what is at name in dir, a launcher's hotplug-disks the caller
+// opened, and changes nothing: a node and its device; a Node marked
+// Covered, with no device, when something is mounted on the name (as
+// Observe lists it); an error wrapping isolation.ErrUnsafePath when it is
+// not a block device, as Ensure refuses it; fs.ErrNotExist when nothing is
+// there. diag judges a block volume's target by it.
+func (n *Nodes) Look(dir *os.File, name string) (Node, error) { return n.look(dir, name) }

@@ -116,9 +116,10 @@ func (n *Nodes) place(dir *os.File, dirID uint64, name string, p Published) (c c
 // unlinked, to be made again, and its device returned; anything else is
 // refused.
 func (n *Nodes) settle(dir, f *os.File, st unix.Stat_t, name string, p Published) (c change, done bool, err error) {
+	if err := isNode(dir, name, st); err != nil {
+		return change{}, true, err
+	}
 	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFBLK:
-		return change{}, true, fmt.Errorf("%q in %q: %w: exists and is not a block device (mode %o)", name, dir.Name(), isolation.ErrUnsafePath, st.Mode)
 	case unix.Major(st.Rdev) == p.Device.Major && unix.Minor(st.Rdev) == p.Device.Minor:
 		return change{}, true, n.fixOwner(f, st, p)
 	}
@@ -152,23 +153,32 @@ var errCovered = fmt.Errorf("%w: something is mounted on it", isolation.ErrUnsaf
 // descriptors with.
 func (d Device) Number() uint64 { return unix.Mkdev(d.Major, d.Minor) }
 
-// Covered reports whether something is mounted on name in dir, by the
-// check Observe lists a node as Covered with and every change refuses a
-// name by: a lookup of name reaches another mount than dir's own. diag
-// asks it of a block volume's name, so that it judges by the same rule.
-func Covered(dir *os.File, name string) (bool, error) {
+func (n *Nodes) look(dir *os.File, name string) (Node, error) {
 	dirID, err := isolation.MountID(dir)
 	if err != nil {
-		return false, err
+		return Node{}, err
 	}
-	f, _, err := lookup(dir, dirID, name)
-	if f != nil {
-		f.Close()
-	}
+	f, st, err := lookup(dir, dirID, name)
 	if errors.Is(err, errCovered) {
-		return true, nil
+		return Node{Name: name, Covered: true}, nil
 	}
-	return false, err
+	if err != nil {
+		return Node{}, err
+	}
+	f.Close()
+	if err := isNode(dir, name, st); err != nil {
+		return Node{}, err
+	}
+	return Node{Name: name, Device: Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}}, nil
+}
+
+// isNode refuses an entry name of dir, stat st, that is not a block
+// device: the agent never makes or touches one.
+func isNode(dir *os.File, name string, st unix.Stat_t) error {
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return fmt.Errorf("%q in %q: %w: exists and is not a block device (mode %o)", name, dir.Name(), isolation.ErrUnsafePath, st.Mode)
+	}
+	return nil
 }
 
 // lookup opens name in dir as O_PATH without following a symlink and

@@ -317,7 +317,7 @@ func TestRecheckConfirmsTheDisk(t *testing.T) {
 // disk the node is for, bind-mounted on the node's name is what a lookup
 // of the name reaches. Ensure, Recheck and Remove refuse it before any
 // write, chown, record or unlink, Observe lists the name as covered
-// without its device, and Covered (diag's question) says so; the host file
+// without its device, and so does Look (diag's question); the host file
 // keeps owner, mode, attributes and content.
 func TestCoveredNodeRefused(t *testing.T) {
 	f := newNodeFixture(t)
@@ -338,8 +338,8 @@ func TestCoveredNodeRefused(t *testing.T) {
 			if _, _, err := f.nodes.Ensure(f.dir(t), "vol", p); err != nil {
 				t.Fatal(err)
 			}
-			if covered, err := Covered(f.dir(t), "vol"); err != nil || covered {
-				t.Fatalf("covered before the bind = %v, %v; want false", covered, err)
+			if n, err := f.nodes.Look(f.dir(t), "vol"); err != nil || n.Covered || n.Device != p.Device {
+				t.Fatalf("look before the bind = %+v, %v; want the node of %s", n, err, p.Device)
 			}
 			node := filepath.Join(f.root, targetRel, "vol")
 			if err := unix.Mount(host, node, "", unix.MS_BIND, ""); err != nil {
@@ -359,8 +359,8 @@ func TestCoveredNodeRefused(t *testing.T) {
 			if nodes, err := f.nodes.Observe(f.dir(t)); err != nil || len(nodes) != 1 || !nodes[0].Covered || nodes[0].Device != (Device{}) {
 				t.Errorf("observe = %+v, %v; want the name covered", nodes, err)
 			}
-			if covered, err := Covered(f.dir(t), "vol"); err != nil || !covered {
-				t.Errorf("covered = %v, %v; want true", covered, err)
+			if n, err := f.nodes.Look(f.dir(t), "vol"); err != nil || !n.Covered || n.Device != (Device{}) {
+				t.Errorf("look = %+v, %v; want the name covered", n, err)
 			}
 			if after := facts(t, host); after != before {
 				t.Errorf("host %q changed: %s, was %s", host, after, before)
@@ -396,11 +396,23 @@ func facts(t *testing.T, p string) string {
 	return s
 }
 
-// TestCoveredMissingName: a name that is not there is an error, not a
-// verdict either way.
-func TestCoveredMissingName(t *testing.T) {
+// TestLookRefusesWhatIsNoNode: a name that is not there is
+// fs.ErrNotExist, not a verdict either way; an entry that is no block
+// device is refused as Ensure refuses it, and left as it was.
+func TestLookRefusesWhatIsNoNode(t *testing.T) {
 	f := newNodeFixture(t)
-	if _, err := Covered(f.dir(t), "missing"); !errors.Is(err, unix.ENOENT) {
-		t.Errorf("covered of a missing name: %v, want ENOENT", err)
+	if _, err := f.nodes.Look(f.dir(t), "missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("look at a missing name: %v, want fs.ErrNotExist", err)
+	}
+	file := filepath.Join(f.root, targetRel, "file")
+	if err := os.WriteFile(file, []byte("tenant"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := facts(t, file)
+	if n, err := f.nodes.Look(f.dir(t), "file"); !errors.Is(err, isolation.ErrUnsafePath) {
+		t.Errorf("look at a regular file = %+v, %v; want unsafe", n, err)
+	}
+	if after := facts(t, file); after != before {
+		t.Errorf("%q changed: %s, was %s", file, after, before)
 	}
 }

@@ -37,9 +37,8 @@ func (n *Nodes) recheck(dir *os.File, name string) (Device, error) {
 	return Device{}, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
 }
 
-// Covered is only supported on Linux.
-func Covered(dir *os.File, name string) (bool, error) {
-	return false, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
+func (n *Nodes) look(dir *os.File, name string) (Node, error) {
+	return Node{}, fmt.Errorf("node %q: %w", name, errors.ErrUnsupported)
 }
 
 // Number packs d into one number; only Linux's dev_t is compared.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
@@ -16,7 +15,7 @@ import (
 
 // inspectDirectory judges a memory-dump or utility volume: the published
 // PVC's root bound onto the directory <volume> in hotplug-disks, by the
-// agent's own observation (mount.ObserveDirs).
+// engine's own look at the target and observation (node.View).
 func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
 	var want *mountinfo.Info // the published volume's mount
 	if vc.hv.AttachPod != nil && vc.pvName != "" {
@@ -37,23 +36,15 @@ func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, tar
 		}
 	}
 	name := kubelet.DirTargetName(v.Volume)
-	e, err := in.statEntry(targetDir, name)
-	if err != nil {
-		f.err = err
-		return
-	}
-	if e.exists && e.kind != "directory" {
-		f.refused = unsafeTarget(v.Target, e.kind, "a directory")
+	// The agent refuses a target that is no directory, and to mount over
+	// a directory it cannot have made.
+	if targetRefused(f, v.Target, in.engine.CheckDir(in.table, targetDir, name)) {
 		return
 	}
 	obs, err := in.observedDir(targetDir, name)
 	switch {
 	case err != nil:
 		f.err = err
-		return
-	case e.exists && obs == nil:
-		// The agent refuses to mount over a directory it did not make.
-		f.refused = kubevirt.RefusalOf(fmt.Errorf("target %q: %w: an unmounted directory with content or not owned by root, not made by the agent", v.Target, isolation.ErrUnsafePath))
 		return
 	case obs == nil || !obs.Mounted:
 		f.notMounted = notMountedWhy(v, vc, whyNotMounted)
@@ -77,6 +68,6 @@ func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, tar
 
 // observedDir is the agent's observation of one directory target.
 func (in *inspector) observedDir(targetDir, name string) (*mount.Observed, error) {
-	all, err := in.attacher.ObserveDirs(in.table, targetDir, kubelet.ReadDirTargets)
+	all, err := in.engine.Dirs(in.table, targetDir)
 	return named(all, name), lookingAt("list the directory binds in "+in.hostPath(targetDir), err)
 }

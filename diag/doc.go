@@ -11,8 +11,12 @@
 // mount namespace (<host-proc>/<host-pid>/ns/mnt), beneath the kubelet root
 // resolved there (kubelet.ResolveRoot, as the agent's engine resolves it),
 // never following a symlink and never changing anything: no mount, mknod,
-// chown, cgroup write or API write; sizes come from the read-only
-// grow.Grower.Measure. Render(w, report, format) prints it.
+// chown, cgroup write or API write. It looks through the engine's
+// read-only view (node.NewView: the engine's attacher, block nodes and
+// grower, made by the engine's constructor), so that the published image's
+// sameness, each target's kind and the directories the agent may use are
+// judged by the engine's own rules, and sizes by its read-only Measure.
+// Render(w, report, format) prints it.
 //
 // diag owns no rule of its own: which launcher and attachment pod belong to
 // a VMI, and which volumes are refused and why, come from the kubevirt

@@ -9,19 +9,18 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hpmount/hpmount/blockdev"
-	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
+	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/propagation"
 )
 
@@ -33,12 +32,12 @@ type inspector struct {
 	timeout time.Duration
 	// root is the kubelet root resolved in the host namespace: the
 	// spelling of the host's mountinfo.
-	root     kubelet.Root
-	table    *mountinfo.Table
-	ns       *isolation.MountNamespace
-	attacher *mount.Attacher
-	nodes    *blockdev.Nodes
-	grower   *grow.Grower
+	root  kubelet.Root
+	table *mountinfo.Table
+	ns    *isolation.MountNamespace
+	// engine is the engine's read-only view of the node on ns: diag looks
+	// through the engine's own parts and judges by its rules.
+	engine *node.View
 	// rules is nil when the device cgroups could not be found; rulesErr
 	// says why.
 	rules    blockdev.DeviceRules
@@ -171,17 +170,8 @@ func notMountedWhy(v *Volume, vc *volumeCtx, fallback string) string {
 
 func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
 	file := kubelet.TargetName(v.Volume)
-	want, wantRoot, ok := in.publishedImage(v, f, vc)
-	if !ok {
-		return
-	}
-	e, err := in.statEntry(targetDir, file)
-	if err != nil {
-		f.err = err
-		return
-	}
-	if e.exists && e.kind != "regular file" {
-		f.refused = unsafeTarget(v.Target, e.kind, "a regular file")
+	img, ok := in.publishedImage(v, f, vc)
+	if !ok || targetRefused(f, v.Target, in.engine.CheckFile(in.table, targetDir, file)) {
 		return
 	}
 	obs, err := in.observed(targetDir, file)
@@ -202,8 +192,9 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 	switch {
 	case obs.SourceGone:
 		f.stale = fmt.Sprintf("the mounted file %s was deleted or its device %s is gone", v.Mount.SourceWithRoot(), obs.Dev)
-	case want != nil && m != nil && (m.Dev() != want.Dev() || m.Root != wantRoot):
-		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s[%s] (%s)", v.Mount.SourceWithRoot(), m.Dev(), want.Source, wantRoot, want.Dev())
+	case img != nil && img.Mount != nil && m != nil && !img.Shows(m):
+		f.stale = fmt.Sprintf("mounted %s (%s), but the attachment pod publishes %s[%s] (%s)", v.Mount.SourceWithRoot(), m.Dev(),
+			img.Mount.Source, img.Root, img.Mount.Dev())
 	default:
 		// Each look is made only while the ones before it answered: a
 		// volume that got stuck costs one deadline, not one per look.
@@ -216,6 +207,22 @@ func (in *inspector) inspectFilesystem(v *Volume, f *findings, vc *volumeCtx, ta
 			f.notGrown = notGrownWhy(vc.hv.Status, v.Sizes.BlockDevice, f.needsExpand)
 		}
 	}
+}
+
+// targetRefused records the engine's judgement of a volume's target, err:
+// a refusal, or a look that failed or got stuck. It says whether there was
+// one; a target that is missing or fine is none.
+func targetRefused(f *findings, target string, err error) bool {
+	err = lookingAt("look at "+target, err)
+	switch r := kubevirt.RefusalOf(err); {
+	case r != nil:
+		f.refused = r
+	case err != nil:
+		f.err = err
+	default:
+		return false
+	}
+	return true
 }
 
 // abandoned records err as the volume's finding when it is a look that got
@@ -250,54 +257,42 @@ func (in *inspector) checkSeen(v *Volume, f *findings, launcher, targetDir, targ
 }
 
 // publishedImage finds the disk.img the attachment pod publishes, checked
-// as the agent checks it, and the mount it lives on (nil when the volume is
-// not published). ok is false once f holds a refusal or an error.
-func (in *inspector) publishedImage(v *Volume, f *findings, vc *volumeCtx) (want *mountinfo.Info, wantRoot string, ok bool) {
+// as the agent checks it, with the mount it lives on (nil when the volume
+// is not published). ok is false once f holds a refusal or an error.
+func (in *inspector) publishedImage(v *Volume, f *findings, vc *volumeCtx) (img *mount.Image, ok bool) {
 	if vc.hv.AttachPod == nil || vc.pvName == "" {
-		return nil, "", true
+		return nil, true
 	}
 	rel, err := in.findPublished(string(vc.hv.AttachPodUID), vc.pvName)
 	switch refusal := kubevirt.RefusalOf(err); {
 	case errors.Is(err, kubelet.ErrNotPublished):
 		v.AttachmentPod.Publishes = ptr(false)
-		return nil, "", true
+		return nil, true
 	case refusal != nil:
 		f.refused = refusal
-		return nil, "", false
+		return nil, false
 	case err != nil:
 		f.err = err
-		return nil, "", false
+		return nil, false
 	}
 	v.AttachmentPod.Publishes = ptr(true)
 	v.ExpectedSource = in.hostPath(path.Join(rel, "disk.img"))
-	size, err := in.attacher.CheckSource(rel)
+	image, err := in.engine.Image(in.table, rel)
 	err = lookingAt("check "+v.ExpectedSource, err)
 	switch r := kubevirt.RefusalOf(err); {
 	case errors.Is(err, fs.ErrNotExist):
 		// Deleted after it was mounted: what is mounted is judged by the caller.
 		v.Detail = joinDetail(v.Detail, "the published volume has no disk.img")
-		return nil, "", true
+		return nil, true
 	case r != nil:
 		f.refused = r
-		return nil, "", false
+		return nil, false
 	case err != nil:
 		f.err = err
-		return nil, "", false
+		return nil, false
 	}
-	v.Sizes.DiskImage = size
-	if want = in.table.Containing(in.hostPath(rel)); want != nil {
-		wantRoot = path.Join(want.Root, path.Clean("/"+trimMountPoint(in.hostPath(rel), want.MountPoint)), "disk.img")
-	}
-	return want, wantRoot, true
-}
-
-// trimMountPoint returns p relative to the mount point mp it lives on.
-func trimMountPoint(p, mp string) string {
-	rel, err := filepath.Rel(mp, p)
-	if err != nil || rel == "." {
-		return "/"
-	}
-	return rel
+	v.Sizes.DiskImage = image.Size
+	return &image, true
 }
 
 func (in *inspector) observed(targetDir, name string) (*mount.Observed, error) {
@@ -321,7 +316,7 @@ func (in *inspector) observeDir(targetDir string) ([]mount.Observed, error) {
 	if got, ok := in.observedDirs[targetDir]; ok {
 		return got.all, got.err
 	}
-	all, err := in.attacher.Observe(in.table, targetDir, kubelet.ReadFileTargets)
+	all, err := in.engine.Files(in.table, targetDir)
 	err = lookingAt("list the binds in "+in.hostPath(targetDir), err)
 	if err != nil && !stuck(err) {
 		return nil, err
@@ -333,10 +328,10 @@ func (in *inspector) observeDir(targetDir string) ([]mount.Observed, error) {
 	return all, err
 }
 
-// measure fills the sizes of a live filesystem mount through the agent's
+// measure fills the sizes of a live filesystem mount through the engine's
 // Grower, read-only.
 func (in *inspector) measure(v *Volume, f *findings, targetDir string) {
-	res, err := in.grower.Measure(in.table, targetDir, kubelet.TargetName(v.Volume))
+	res, err := in.engine.Measure(in.table, targetDir, kubelet.TargetName(v.Volume))
 	if abandoned(f, lookingAt("measure sizes", err)) {
 		return
 	}
@@ -354,7 +349,7 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 	v.Device = dev
 	var published *blockdev.Device
 	if vc.hv.AttachPod != nil && vc.pvName != "" {
-		p, err := in.nodes.PublishedDevice(string(vc.hv.AttachPodUID), vc.pvName)
+		p, err := in.engine.PublishedDevice(string(vc.hv.AttachPodUID), vc.pvName)
 		err = lookingAt("find the published device of "+vc.pvName, err)
 		switch refusal := kubevirt.RefusalOf(err); {
 		case errors.Is(err, kubelet.ErrNotPublished):
@@ -375,25 +370,22 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 			}
 		}
 	}
-	e, err := in.statEntry(targetDir, v.Volume)
+	n, err := in.engine.Node(in.table, targetDir, v.Volume)
 	switch {
-	case err != nil:
-		f.err = err
-		return
-	case !e.exists:
+	case errors.Is(err, fs.ErrNotExist):
 		f.notMounted = notMountedWhy(v, vc, whyNoNode)
 		return
-	case e.covered:
-		f.covered = true
-		f.wrongDevice = fmt.Sprintf("a %s is mounted on the node's name: a bind of something else, not the node hpmount made", e.kind)
+	case targetRefused(f, v.Target, err):
 		return
-	case e.kind != "block device":
-		f.refused = unsafeTarget(v.Target, e.kind, "a block device")
+	case n.Covered:
+		f.covered = true
+		f.wrongDevice = "something is mounted on the node's name: a bind of something else, not the node hpmount made"
 		return
 	}
-	dev.Node = majMin(e.rdev[0], e.rdev[1])
+	d := n.Device
+	dev.Node = majMin(d.Major, d.Minor)
 	gone, err := bounded(in.timeout, "look up "+dev.Node+" in sysfs", func() (bool, error) {
-		return mount.BlockDeviceGone(in.opts.sysRoot(), e.rdev[0], e.rdev[1]), nil
+		return mount.BlockDeviceGone(in.opts.sysRoot(), d.Major, d.Minor), nil
 	})
 	switch {
 	case err != nil:
@@ -404,19 +396,19 @@ func (in *inspector) inspectBlock(v *Volume, f *findings, vc *volumeCtx, targetD
 		return
 	}
 	size, err := bounded(in.timeout, "read the size of "+dev.Node, func() (int64, error) {
-		return blockdev.DeviceSize(in.opts.sysRoot(), e.rdev[0], e.rdev[1])
+		return blockdev.DeviceSize(in.opts.sysRoot(), d.Major, d.Minor)
 	})
 	if abandoned(f, err) {
 		return
 	}
 	v.Sizes.BlockDevice = size
-	if published != nil && (published.Major != e.rdev[0] || published.Minor != e.rdev[1]) {
+	if published != nil && *published != d {
 		f.wrongDevice = fmt.Sprintf("the node is %s but the attachment pod's published device is %s", dev.Node, dev.Published)
 	}
-	if in.checkCgroup(v, f, vc, blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]}); f.err != nil {
+	if in.checkCgroup(v, f, vc, d); f.err != nil {
 		return
 	}
-	now := blockdev.Device{Major: e.rdev[0], Minor: e.rdev[1]}
+	now := d
 	if published != nil {
 		now = *published
 	}
@@ -502,12 +494,6 @@ func joinDetail(a, b string) string {
 		return b
 	}
 	return a + "; " + b
-}
-
-// unsafeTarget is the refusal of a target that is not what the agent
-// makes: the agent refuses it as unsafe content too.
-func unsafeTarget(target, kind, want string) *kubevirt.Refusal {
-	return kubevirt.RefusalOf(fmt.Errorf("target %q: %w: is a %s, not %s", target, isolation.ErrUnsafePath, kind, want))
 }
 
 // publishedBlockPath names the kubelet's volumeDevices entry of pv for pod

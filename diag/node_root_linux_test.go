@@ -198,7 +198,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 	e.must(unix.Mount(e.node.Path(rel, "disk.img"), orphan, "", unix.MS_BIND, ""))
 
 	// ok (block), wrong-device and not-allowed.
-	okblk := e.addVM("okblk", blockVol("raw"), blockVol("other"), blockVol("denied"), blockVol("covered"))
+	okblk := e.addVM("okblk", blockVol("raw"), blockVol("other"), blockVol("denied"), blockVol("covered"), blockVol("plain"))
 	raw, other, denied := e.disk("raw", "", 16<<20), e.disk("other", "", 16<<20), e.disk("denied", "", 16<<20)
 	e.must(e.node.PublishBlock(string(okblk.attach), "pv-raw", raw))
 	e.must(e.node.PublishBlock(string(okblk.attach), "pv-other", other))
@@ -214,10 +214,18 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 	hostFile := filepath.Join(t.TempDir(), "host-file")
 	e.must(os.WriteFile(hostFile, []byte("host"), 0o644))
 	e.must(unix.Mount(hostFile, e.node.Path(okblk.targetDir, "covered"), "", unix.MS_BIND, ""))
+	// plain: a regular file at a block volume's node name, which the
+	// engine refuses to treat as a node.
+	e.must(e.node.PublishBlock(string(okblk.attach), "pv-plain", raw))
+	e.must(os.WriteFile(e.node.Path(okblk.targetDir, "plain"), []byte("tenant"), 0o600))
 
 	// not-mounted, stacked, stale-source, refused, needs-fs-expand.
-	faults := e.addVM("faults", fsVol("idle"), fsVol("stack"), fsVol("stale"), fsVol("evil"), fsVol("grown"))
+	faults := e.addVM("faults", fsVol("idle"), fsVol("stack"), fsVol("stale"), fsVol("evil"), fsVol("grown"), fsVol("shape"))
 	e.attachFS(faults, "idle", "pv-idle", e.disk("idle", "ext4", 32<<20), false)
+	// shape: a directory where the file volume's target goes, which the
+	// engine's attach refuses.
+	e.attachFS(faults, "shape", "pv-shape", e.disk("shape", "ext4", 32<<20), false)
+	e.must(os.Mkdir(e.node.Path(faults.targetDir, "shape.img"), 0o755))
 	srel := e.attachFS(faults, "stack", "pv-stack", e.disk("stack", "ext4", 32<<20), true)
 	// A private bind, so that the stacked mount does not propagate onto
 	// disk.img of the (shared) volume mount as well.
@@ -256,6 +264,7 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 				"data": OK, "raw": OK, "other": WrongDevice, "denied": NotAllowed, "idle": NotMounted,
 				"stack": Stacked, "stale": StaleSource, "evil": Refused, "grown": NeedsFSExpand,
 				"unseen": NotPropagated, "pending": ExpandPending, "covered": WrongDevice,
+				"shape": Refused, "plain": Refused,
 			}
 			for name, verdict := range want {
 				v := vols[name]
@@ -271,6 +280,11 @@ func TestDiagOnSimulatedNode(t *testing.T) {
 			}
 			if c := vols["covered"]; !strings.Contains(c.Detail, "mounted on the node's name") || !strings.Contains(c.Hint, "umount") {
 				t.Errorf("covered block node: detail %q hint %q", c.Detail, c.Hint)
+			}
+			for _, name := range []string{"shape", "plain"} {
+				if v := vols[name]; v.RefusalReason != kubevirt.RefusedUnsafeContent {
+					t.Errorf("volume %s: refused for %q (%s), want the engine's %q", name, v.RefusalReason, v.Detail, kubevirt.RefusedUnsafeContent)
+				}
 			}
 			if d := vols["raw"].Device; d == nil || d.Node != d.Published || d.CgroupAllowed == nil || !*d.CgroupAllowed {
 				t.Errorf("ok block volume: %+v", d)

@@ -4,17 +4,15 @@
 package diag
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/mount"
 )
 
 // wantedVolumes maps a launcher pod UID on this node to the hotplug volume
@@ -102,8 +100,8 @@ func (in *inspector) orphansIn(uid string, want map[string]bool, records handler
 			LauncherPodUID: uid, Name: o.Name, Kind: "mount", Target: target, Mount: mountEntry(m, o.Depth), Device: o.Dev,
 		}, records))
 	}
-	nodes, err := mount.InLauncherDir(in.attacher, in.table, dir, in.nodes.Observe)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	nodes, err := in.engine.Nodes(in.table, dir)
+	if err != nil {
 		return nil, err
 	}
 	for _, n := range nodes {
@@ -127,4 +125,18 @@ func judgeOrphan(o OrphanEntry, records handlerRecords) OrphanEntry {
 	}
 	o.Verdict, o.Hint = Orphan, orphanHint(o.Kind, o.Target)
 	return o
+}
+
+// launcherDirs lists the pod UIDs under <kubelet-root>/pods that have a
+// hotplug-disks emptyDir directory.
+func (in *inspector) launcherDirs() ([]string, error) {
+	uids, err := isolation.Call(in.ns, func() ([]string, error) {
+		dirs, err := kubelet.LauncherDirs(in.root)
+		var uids []string
+		for _, d := range dirs {
+			uids = append(uids, d.UID)
+		}
+		return uids, err
+	})
+	return uids, lookingAt("list the launchers' hotplug-disks", err)
 }

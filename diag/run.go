@@ -13,12 +13,11 @@ import (
 	"sync/atomic"
 
 	"github.com/hpmount/hpmount/blockdev"
-	"github.com/hpmount/hpmount/grow"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
+	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/propagation"
 )
@@ -159,9 +158,8 @@ func validate(o *Options) error {
 func newInspector(opts *Options, root kubelet.Root, table *mountinfo.Table, ns *isolation.MountNamespace) *inspector {
 	in := &inspector{
 		opts: opts, root: root, table: table, ns: ns, timeout: opts.callTimeout(),
-		attacher: &mount.Attacher{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot()},
-		nodes:    &blockdev.Nodes{NS: ns, Root: root},
-		grower:   &grow.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()},
+		engine: node.NewView(ns, root, node.Config{Host: opts.Host, KubeletRoot: opts.KubeletRoot,
+			CgroupRoot: opts.CgroupRoot, CgroupMode: opts.CgroupMode, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()}),
 	}
 	in.rules, in.rulesErr = bounded(in.timeout, "find the device cgroups", func() (blockdev.DeviceRules, error) {
 		return blockdev.NewDeviceRules(opts.CgroupMode, opts.CgroupRoot)

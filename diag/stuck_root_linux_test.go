@@ -50,7 +50,8 @@ func hangFUSE(t *testing.T, dir string) {
 // readdir and the xfs geometry ioctl return at once, and diag only reads.
 // So the frozen volume must come back with its usual verdict, not stuck,
 // and the blocking object is the FUSE mount: the open of disk.img in the
-// source check (mount.Attacher.CheckSource) waits on its lookup forever.
+// source check (node.View.Image, mount.Attacher.CheckImage) waits on its
+// lookup forever.
 func TestDiagReportsAHungVolumeStuck(t *testing.T) {
 	e := newEnv(t)
 	e.must(e.ctl.EnsureNamespace(e.ctx, "default"))

@@ -157,13 +157,55 @@ func (a *Attacher) Attach(t *mountinfo.Table, sourceDir, targetDir, file string)
 	return a.attach(t, sourceDir, targetDir, file)
 }
 
-// CheckSource applies Attach's checks of sourceDir/disk.img (regular file,
+// Image is a published disk.img as Attach checks it, and where the mount
+// table has it.
+type Image struct {
+	// Size is disk.img's size in bytes.
+	Size int64
+	// Mount is the mount of the volume directory, nil when the table does
+	// not have it; Root is disk.img's path inside Mount's filesystem, as
+	// mountinfo shows a bind of it ("/disk.img"), "" when unknown.
+	Mount *mountinfo.Info
+	Root  string
+}
+
+// CheckImage applies Attach's checks of sourceDir/disk.img (regular file,
 // one link, on the volume's own mount, reached without a symlink) without
-// mounting anything, and returns the image's size. A refusal wraps
-// isolation.ErrUnsafePath. diag uses it, so that it judges a volume by
-// exactly the agent's rule.
-func (a *Attacher) CheckSource(sourceDir string) (int64, error) {
-	return a.checkSource(sourceDir)
+// mounting anything, and finds the image in t (nil: nowhere). A refusal
+// wraps isolation.ErrUnsafePath. diag uses it, so that it judges a volume
+// by exactly the agent's rule.
+func (a *Attacher) CheckImage(t *mountinfo.Table, sourceDir string) (Image, error) {
+	return a.checkImage(t, sourceDir)
+}
+
+// Shows reports whether m, the top mount on a target, is by the table a
+// live bind of the image: not deleted, of the image's device, at its root.
+// What the table does not know of the image is not held against m. It is
+// Attach's sameness (beside the inode the target shows), and diag's.
+func (im Image) Shows(m *mountinfo.Info) bool {
+	if m.Deleted() {
+		return false
+	}
+	if im.Mount != nil && (m.Major != im.Mount.Major || m.Minor != im.Mount.Minor) {
+		return false
+	}
+	return im.Root == "" || m.Root == im.Root
+}
+
+// CheckTarget looks at targetDir/file, a file volume's target, as Attach
+// does before it changes anything, and changes nothing: a target that is
+// not a regular file wraps isolation.ErrUnsafePath. A missing target is
+// no error. diag judges a target's kind by it.
+func (a *Attacher) CheckTarget(t *mountinfo.Table, targetDir, file string) error {
+	return a.checkTarget(t, targetDir, file, false)
+}
+
+// CheckDirTarget is CheckTarget of a directory volume's target, by
+// AttachDir's rule: a target that is not a directory, or an unmounted
+// directory the agent cannot have left (with content, or not owned by
+// root), wraps isolation.ErrUnsafePath.
+func (a *Attacher) CheckDirTarget(t *mountinfo.Table, targetDir, file string) error {
+	return a.checkTarget(t, targetDir, file, true)
 }
 
 // Detach unmounts everything mounted on targetDir/file (lazily when a

@@ -81,20 +81,42 @@ func (a *Attacher) attach(t *mountinfo.Table, sourceDir, targetDir, file string)
 	return inHost(a, func(s steps) (outcome.Result, error) { return a.attachHere(s, t, sourceDir, targetDir, file) })
 }
 
-func (a *Attacher) checkSource(sourceDir string) (int64, error) {
-	return inHost(a, func(steps) (int64, error) {
+func (a *Attacher) checkImage(t *mountinfo.Table, sourceDir string) (Image, error) {
+	return inHost(a, func(steps) (Image, error) {
 		root, err := openKubeletRoot(a.KubeletRoot)
 		if err != nil {
-			return 0, err
+			return Image{}, err
 		}
 		defer root.Close()
-		src, err := a.openSource(nil, root, sourceDir)
+		src, err := a.openSource(t, root, sourceDir)
 		if err != nil {
-			return 0, err
+			return Image{}, err
 		}
 		src.f.Close()
-		return src.st.Size, nil
+		return src.image(), nil
 	})
+}
+
+// checkTarget looks at the target as attach's look does (inspectTarget,
+// or inspectDirTarget for a directory) and keeps only its verdict.
+func (a *Attacher) checkTarget(t *mountinfo.Table, targetDir, file string, asDir bool) error {
+	if err := ValidTarget(file); err != nil {
+		return fmt.Errorf("check %q: %w", filepath.Join(a.KubeletRoot, targetDir), err)
+	}
+	look := inspectTarget
+	if asDir {
+		look = inspectDirTarget
+	}
+	_, err := inHost(a, func(steps) (struct{}, error) {
+		dir, dirID, err := a.existingTargetDir(t, targetDir)
+		if err != nil || dir == nil {
+			return struct{}{}, err
+		}
+		defer dir.Close()
+		_, err = look(t, dir, dirID, file)
+		return struct{}{}, err
+	})
+	return err
 }
 
 func (a *Attacher) attachHere(s steps, t *mountinfo.Table, sourceDir, targetDir, file string) (outcome.Result, error) {
@@ -290,18 +312,12 @@ func sameSource(tg target, src *source) bool {
 	if tg.st.Nlink == 0 || tg.st.Dev != src.st.Dev || tg.st.Ino != src.st.Ino {
 		return false
 	}
-	if tg.top == nil {
-		// Newer than the table: the inode is all there is to go by.
-		return true
-	}
-	if tg.top.Deleted() {
-		return false
-	}
-	if src.vol != nil && (tg.top.Major != src.vol.Major || tg.top.Minor != src.vol.Minor) {
-		return false
-	}
-	return src.root == "" || tg.top.Root == src.root
+	// Newer than the table: the inode is all there is to go by.
+	return tg.top == nil || src.image().Shows(tg.top)
 }
+
+// image is the checked source as Image says it.
+func (src *source) image() Image { return Image{Size: src.st.Size, Mount: src.vol, Root: src.root} }
 
 // claimTarget says what is at the target, as look sees it, creating the
 // target when there is nothing. virt-handler's mounter creates the same

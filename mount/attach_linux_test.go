@@ -405,6 +405,10 @@ func TestAttachRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := tc.setup(t)
 			before := hostTable(t).Len()
+			// diag's look at the source refuses what Attach refuses.
+			if _, err := n.a.CheckImage(hostTable(t), src); !errors.Is(err, isolation.ErrUnsafePath) {
+				t.Errorf("check image: %v, want a refusal wrapping ErrUnsafePath", err)
+			}
 			res, err := n.a.Attach(hostTable(t), src, launchDir, tc.name+".img")
 			n.wantRefused(t, res, err, tc.name, before)
 			if _, err := os.Lstat(n.path(launchDir, tc.name+".img")); !errors.Is(err, os.ErrNotExist) {
@@ -449,6 +453,7 @@ func TestAttachRefuses(t *testing.T) {
 		link := n.path(launchDir, "link.img")
 		must(t, os.Symlink(secret, link))
 		before := hostTable(t).Len()
+		n.wantRefused(t, "", n.a.CheckTarget(hostTable(t), launchDir, "link.img"), "link.img", before)
 		res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "link.img")
 		n.wantRefused(t, res, err, "link.img", before)
 		if s := hostTable(t).At(secret); len(s) != 0 {
@@ -467,6 +472,7 @@ func TestAttachRefuses(t *testing.T) {
 	t.Run("target directory", func(t *testing.T) {
 		must(t, os.Mkdir(n.path(launchDir, "dir.img"), 0o755))
 		before := hostTable(t).Len()
+		n.wantRefused(t, "", n.a.CheckTarget(hostTable(t), launchDir, "dir.img"), "dir.img", before)
 		res, err := n.a.Attach(hostTable(t), hpVolDir, launchDir, "dir.img")
 		n.wantRefused(t, res, err, "dir.img", before)
 		obs, err := n.a.Observe(hostTable(t), launchDir, listFiles)

@@ -30,8 +30,12 @@ func (a *Attacher) observe(t *mountinfo.Table, targetDir string, _ Lister) ([]Ob
 	return nil, fmt.Errorf("observe %q: %w", targetDir, errors.ErrUnsupported)
 }
 
-func (a *Attacher) checkSource(sourceDir string) (int64, error) {
-	return 0, fmt.Errorf("check %q: %w", sourceDir, errors.ErrUnsupported)
+func (a *Attacher) checkImage(t *mountinfo.Table, sourceDir string) (Image, error) {
+	return Image{}, fmt.Errorf("check %q: %w", sourceDir, errors.ErrUnsupported)
+}
+
+func (a *Attacher) checkTarget(t *mountinfo.Table, targetDir, file string, dir bool) error {
+	return fmt.Errorf("check %q in %q: %w", file, targetDir, errors.ErrUnsupported)
 }
 
 func (a *Attacher) attachDir(t *mountinfo.Table, sourceDir, targetDir, name string) (outcome.Result, error) {

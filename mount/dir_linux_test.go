@@ -157,6 +157,11 @@ func TestAttachDirRepairsAndRefuses(t *testing.T) {
 			target := n.path(launchDir, "dump")
 			tt.plant(t, n, target)
 			before := len(hostTable(t).At(target))
+			// diag's look at the target judges it as AttachDir does.
+			if err := n.a.CheckDirTarget(hostTable(t), launchDir, "dump"); errors.Is(err, isolation.ErrUnsafePath) != tt.refused ||
+				!tt.refused && err != nil {
+				t.Errorf("check: %v, want refused %v", err, tt.refused)
+			}
 			res, err := n.a.AttachDir(hostTable(t), hpVolDir, launchDir, "dump")
 			if tt.refused {
 				if !errors.Is(err, isolation.ErrUnsafePath) || res != "" {

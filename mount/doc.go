@@ -28,6 +28,11 @@
 // what is bound on a target); the caller runs Answers where a hang holds
 // nothing else.
 //
+// The read-only looks at a volume that diag makes through the engine's
+// view are the attach's own: CheckImage with Image.Shows (is the bind the
+// published image), CheckTarget and CheckDirTarget (the target's kind,
+// and whether an unmounted directory is one the agent may use).
+//
 // Online growth of what a file bind holds is package grow's: it reaches
 // the launcher's directory through InLauncherDirLive and checks target names
 // with ValidTarget, so that the rules of both stay here.

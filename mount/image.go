@@ -9,7 +9,7 @@ import (
 	"math"
 )
 
-// ErrNoDiskImage is wrapped by Attach and CheckSource when the published
+// ErrNoDiskImage is wrapped by Attach and CheckImage when the published
 // volume directory holds no disk.img at all: a filesystem-mode PVC freshly
 // provisioned and never imported, for instance. KubeVirt then fails the
 // hotplug (kubevirt#14491); CreateDiskImage is the opt-in remedy.

@@ -17,7 +17,7 @@ func TestCreateDiskImage(t *testing.T) {
 	n := newNode(t, "ext4")
 	img := n.path(hpVolDir, "disk.img")
 	must(t, os.Remove(img))
-	if _, err := n.a.CheckSource(hpVolDir); !errors.Is(err, ErrNoDiskImage) {
+	if _, err := n.a.CheckImage(nil, hpVolDir); !errors.Is(err, ErrNoDiskImage) {
 		t.Fatalf("check without disk.img: %v, want ErrNoDiskImage", err)
 	}
 	if _, created, err := n.a.CreateDiskImage(hpVolDir, 0, 0.055); err == nil || created {
@@ -46,7 +46,7 @@ func TestCreateDiskImage(t *testing.T) {
 	case st.Blocks != 0:
 		t.Fatalf("%d blocks allocated, want a sparse file", st.Blocks)
 	}
-	if _, err := n.a.CheckSource(hpVolDir); err != nil {
+	if _, err := n.a.CheckImage(nil, hpVolDir); err != nil {
 		t.Fatalf("the created image fails the attach checks: %v", err)
 	}
 

@@ -43,11 +43,7 @@ func inHotplugDisks[T any](h hands, t *mountinfo.Table, launcher types.UID, fn f
 // blockNodes lists the launcher's block nodes; a missing hotplug-disks has
 // none.
 func (e *Engine) blockNodes(t *mountinfo.Table, launcher types.UID) ([]blockdev.Node, error) {
-	nodes, err := mount.InLauncherDir(e.lookerOf(launcher).attacher, t, hotplugDisks(launcher), e.nodes.Observe)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return nodes, err
+	return listNodes(e.lookerOf(launcher).attacher, e.nodes, t, hotplugDisks(launcher))
 }
 
 // uncover removes what is mounted on the launcher's entry name and says

@@ -53,6 +53,10 @@
 // entry in the engine's half of the kinds table (kinds.go), keyed by the
 // kinds of hotplug.Kinds: the engine asks the table, never the mode.
 //
+// View (view.go) is the engine's read-only view for diag: the same parts
+// (attacher, block nodes, grower), made by the same constructor as the
+// engine's, with only their looks exposed.
+//
 // It translates engine errors at its own boundary, so that the agent
 // imports none of mount, blockdev or isolation: tenant content the node
 // refuses becomes a *kubevirt.Refusal (unsafe-content), a volume the

@@ -99,8 +99,8 @@ func New(c Config) (*Engine, error) {
 		return nil, err
 	}
 	ns.SetTimeout(c.CallTimeout)
-	attacher := mount.Attacher{NS: ns, KubeletRoot: root.Path, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot}
-	lookers, err := openLookers(c.Host.MountNamespace(), attacher, c.CallTimeout, lookThreads)
+	p := newParts(ns, root, c)
+	lookers, err := openLookers(c.Host.MountNamespace(), p.attacher, c.CallTimeout, lookThreads)
 	if err != nil {
 		ns.Close()
 		return nil, err
@@ -114,12 +114,9 @@ func New(c Config) (*Engine, error) {
 		createImages: c.CreateDiskImages, mountEvents: c.MountEvents, callTimeout: c.CallTimeout, handlerDir: c.HandlerStateDir,
 		stuck:    stuckMemo{after: c.HandlerStuckAfter},
 		view:     propagation.LauncherView{Proc: c.Host.Proc, Dir: c.LauncherDir, CgroupRoot: rules.Root(), Pods: &podcgroup.Finder{}},
-		attacher: &attacher,
-		calls:    newStorageCalls(c.Host.MountNamespace(), c.CallTimeout),
-		growth:   newStorageCalls(c.Host.MountNamespace(), c.GrowTimeout),
-		grower: &grow.Grower{NS: ns, KubeletRoot: root.Path, SysRoot: c.SysRoot, DevRoot: c.DevRoot,
-			PrivateDir: c.PrivateDir},
-		nodes:       &blockdev.Nodes{NS: ns, Root: root, UID: c.UID, GID: c.GID, SysRoot: c.SysRoot},
+		attacher: &p.attacher, grower: &p.grower, nodes: &p.nodes,
+		calls:       newStorageCalls(c.Host.MountNamespace(), c.CallTimeout),
+		growth:      newStorageCalls(c.Host.MountNamespace(), c.GrowTimeout),
 		noStatmount: noStatmount,
 	}, nil
 }

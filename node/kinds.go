@@ -6,7 +6,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -98,7 +97,7 @@ func (e *Engine) listKinds(a *mount.Attacher, t *mountinfo.Table, dir string) (l
 }
 
 func (k fileKind) list(_ *Engine, a *mount.Attacher, t *mountinfo.Table, dir string, ls *listing) error {
-	files, err := a.Observe(t, dir, kubelet.ReadFileTargets)
+	files, err := observeFiles(a, t, dir)
 	if err != nil {
 		return err
 	}
@@ -110,8 +109,7 @@ func (k fileKind) list(_ *Engine, a *mount.Attacher, t *mountinfo.Table, dir str
 }
 
 func (k dirKind) list(_ *Engine, a *mount.Attacher, t *mountinfo.Table, dir string, ls *listing) error {
-	// A directory target's name is its volume's (kubelet.DirTargetName).
-	dirs, err := a.ObserveDirs(t, dir, kubelet.ReadDirTargets)
+	dirs, err := observeDirs(a, t, dir)
 	if err != nil {
 		return err
 	}
@@ -122,10 +120,7 @@ func (k dirKind) list(_ *Engine, a *mount.Attacher, t *mountinfo.Table, dir stri
 }
 
 func (k blockKind) list(e *Engine, a *mount.Attacher, t *mountinfo.Table, dir string, ls *listing) error {
-	nodes, err := mount.InLauncherDir(a, t, dir, e.nodes.Observe)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	nodes, err := listNodes(a, e.nodes, t, dir)
 	ls.nodes = nodes
 	return err
 }
