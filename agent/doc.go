@@ -12,8 +12,8 @@
 // The agent owns the Kubernetes side only: it never builds kubelet paths,
 // never touches the mount table, device nodes or cgroups itself; all of that
 // is the Engine's (package hotplug holds the contract, engine.go names it;
-// the real engine is package node). Its import graph says so: no mount,
-// blockdev or node (test/deps). Which pods and
+// the real engine is package engine). Its import graph says so: no mount,
+// blockdev or engine (test/deps). Which pods and
 // volumes belong to a VMI, and the refusal reasons, are package kubevirt's.
 //
 // One reconcile of one VMI reads as its phases, each in its own file, called

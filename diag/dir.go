@@ -15,7 +15,7 @@ import (
 
 // inspectDirectory judges a memory-dump or utility volume: the published
 // PVC's root bound onto the directory <volume> in hotplug-disks, by the
-// engine's own look at the target and observation (node.View).
+// engine's own look at the target and observation (engine.View).
 func (in *inspector) inspectDirectory(v *Volume, f *findings, vc *volumeCtx, targetDir string) {
 	var want *mountinfo.Info // the published volume's mount
 	if vc.hv.AttachPod != nil && vc.pvName != "" {

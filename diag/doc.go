@@ -12,7 +12,7 @@
 // resolved there (kubelet.ResolveRoot, as the agent's engine resolves it),
 // never following a symlink and never changing anything: no mount, mknod,
 // chown, cgroup write or API write. It looks through the engine's
-// read-only view (node.NewView: the engine's attacher, block nodes and
+// read-only view (engine.NewView: the engine's attacher, block nodes and
 // grower, made by the engine's constructor), so that the published image's
 // sameness, each target's kind and the directories the agent may use are
 // judged by the engine's own rules, and sizes by its read-only Measure.

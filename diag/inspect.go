@@ -14,13 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/engine"
 	"github.com/hpmount/hpmount/hotplug"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
-	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/propagation"
 )
 
@@ -37,7 +37,7 @@ type inspector struct {
 	ns    *isolation.MountNamespace
 	// engine is the engine's read-only view of the node on ns: diag looks
 	// through the engine's own parts and judges by its rules.
-	engine *node.View
+	engine *engine.View
 	// rules is nil when the device cgroups could not be found; rulesErr
 	// says why.
 	rules    blockdev.DeviceRules

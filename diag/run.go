@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/engine"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	"github.com/hpmount/hpmount/mountinfo"
-	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/podcgroup"
 	"github.com/hpmount/hpmount/propagation"
 )
@@ -158,7 +158,7 @@ func validate(o *Options) error {
 func newInspector(opts *Options, root kubelet.Root, table *mountinfo.Table, ns *isolation.MountNamespace) *inspector {
 	in := &inspector{
 		opts: opts, root: root, table: table, ns: ns, timeout: opts.callTimeout(),
-		engine: node.NewView(ns, root, node.Config{Host: opts.Host, KubeletRoot: opts.KubeletRoot,
+		engine: engine.NewView(ns, root, engine.Config{Host: opts.Host, KubeletRoot: opts.KubeletRoot,
 			CgroupRoot: opts.CgroupRoot, CgroupMode: opts.CgroupMode, SysRoot: opts.sysRoot(), DevRoot: opts.devRoot()}),
 	}
 	in.rules, in.rulesErr = bounded(in.timeout, "find the device cgroups", func() (blockdev.DeviceRules, error) {

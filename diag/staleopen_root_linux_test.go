@@ -94,7 +94,7 @@ func TestStaleOpen(t *testing.T) {
 	// file bind was lazily detached under QEMU's descriptor, which then
 	// reads "/": QEMU does not hold the current disk.img, and only the
 	// agent, which saw the former bind, can tie that descriptor to fsq
-	// (node.TestObserveStaleOpenFile). diag says not-open, naming the
+	// (engine.TestObserveStaleOpenFile). diag says not-open, naming the
 	// descriptor on a detached mount without claiming it is fsq's.
 	_, vols = e.run(o)
 	if v := vols["blkq"]; v.Verdict != StaleOpen || v.QEMU != string(StaleOpen) || !strings.Contains(v.Hint, "QEMU") || !strings.Contains(v.Detail, "holds") {

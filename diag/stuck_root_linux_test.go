@@ -50,7 +50,7 @@ func hangFUSE(t *testing.T, dir string) {
 // readdir and the xfs geometry ioctl return at once, and diag only reads.
 // So the frozen volume must come back with its usual verdict, not stuck,
 // and the blocking object is the FUSE mount: the open of disk.img in the
-// source check (node.View.Image, mount.Attacher.CheckImage) waits on its
+// source check (engine.View.Image, mount.Attacher.CheckImage) waits on its
 // lookup forever.
 func TestDiagReportsAHungVolumeStuck(t *testing.T) {
 	e := newEnv(t)

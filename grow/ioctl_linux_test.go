@@ -92,7 +92,7 @@ func thaw(t testing.TB, dir string) {
 }
 
 // TestGrowFrozenXFS is the stuck case: a growth of a frozen filesystem
-// waits in the kernel until the namespace's deadline (node's grow timeout)
+// waits in the kernel until the namespace's deadline (the engine's grow timeout)
 // abandons it. What it measured is stale by then, and a later check may
 // have decided otherwise: once thawed, the abandoned call returns without
 // growing anything, and the next check grows the filesystem. Nothing is

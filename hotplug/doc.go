@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package hotplug is the contract between the control loop (package
-// agent), the node engine (package node) and what diag shares with them:
+// agent), the node engine (package engine) and what diag shares with them:
 // a hotplug volume as the VMI wants it (DesiredVolume) and as the node
 // holds it (ObservedVolume), where the kubelet published it (Source), a
 // read of the mount table (Snapshot), a growth check's result
@@ -15,7 +15,7 @@
 // grows, whether it has a device rule, whether QEMU opens it, its name in
 // diag's table and the metric label value it adds. The agent, the engine,
 // diag and metrics ask a volume's Kind, never its mode; the engine's half
-// (how a kind is attached, detached, listed and grown) is package node's,
+// (how a kind is attached, detached, listed and grown) is package engine's,
 // diag's half (what it checks) package diag's.
 //
 // It owns the words, not the behaviour: it is a leaf that imports only

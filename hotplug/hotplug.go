@@ -192,7 +192,7 @@ type MountChange struct {
 }
 
 // MountWatcher is an Engine that reports mount changes in launchers'
-// hotplug-disks as they happen (node.Engine, through package mountwatch,
+// hotplug-disks as they happen (engine.Engine, through package mountwatch,
 // on Linux ≥ 6.15). A foreign unmount of a target, or a mount stacked on
 // one, is then repaired at once; without it, at the next resync.
 type MountWatcher interface {
@@ -203,7 +203,7 @@ type MountWatcher interface {
 }
 
 // RuleWatcher is an Engine that reports the launchers whose device rules
-// were rewritten (node.Engine, asking the device cgroups every half
+// were rewritten (engine.Engine, asking the device cgroups every half
 // second, on cgroup v1 every two).
 type RuleWatcher interface {
 	// WatchRules calls changed with every batch of launchers whose rules

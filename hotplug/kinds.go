@@ -15,7 +15,7 @@ import (
 // ObservedVolume.Mode). They ask it, never the mode, so that a new kind is
 // an entry here and the engine's and diag's halves of it (test/README.md,
 // "A new volume kind"). How the engine attaches, detaches, observes and
-// grows a kind is the engine's own half (package node's kinds).
+// grows a kind is the engine's own half (package engine's kinds).
 type Kind struct {
 	// Mode is the kind's volume mode. Its string is the value the kind
 	// adds to the metrics' mode label.

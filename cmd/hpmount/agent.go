@@ -15,14 +15,14 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/cli"
+	"github.com/hpmount/hpmount/engine"
 	"github.com/hpmount/hpmount/metrics"
-	"github.com/hpmount/hpmount/node"
 )
 
 func newAgentCommand() *cobra.Command {
 	cfg := agent.DefaultConfig()
 	cfg.NodeName = os.Getenv("NODE_NAME")
-	nc := node.DefaultConfig()
+	nc := engine.DefaultConfig()
 	api := defaultAPIFlags()
 	logs := cli.DefaultLogFlags()
 	stuckLimit := 5 * time.Minute
@@ -52,7 +52,7 @@ func newAgentCommand() *cobra.Command {
 	f.IntVar(&nc.GID, "qemu-gid", nc.GID, "owner gid of what is made in the launcher")
 	f.BoolVar(&cfg.ReportVolumeStatus, "report-volume-status", cfg.ReportVolumeStatus, "patch the VMI's status.volumeStatus (MountedToPod/UnMountedFromPod)")
 	f.BoolVar(&cfg.GrowFilesystems, "grow-filesystems", cfg.GrowFilesystems, "grow mounted filesystem-mode volumes online")
-	f.BoolVar(&nc.CreateDiskImages, strings.TrimPrefix(node.CreateDiskImagesFlag, "--"), nc.CreateDiskImages, "create a filesystem-mode PVC's missing disk.img (never imported, kubevirt#14491): exclusively, sparse, 107:107, (1 - filesystemOverhead) x min(capacity, free), MiB-aligned; never touches an existing file")
+	f.BoolVar(&nc.CreateDiskImages, strings.TrimPrefix(engine.CreateDiskImagesFlag, "--"), nc.CreateDiskImages, "create a filesystem-mode PVC's missing disk.img (never imported, kubevirt#14491): exclusively, sparse, 107:107, (1 - filesystemOverhead) x min(capacity, free), MiB-aligned; never touches an existing file")
 	f.BoolVar(&nc.Grow.DiskImages, "expand-disk-images", nc.Grow.DiskImages, "also grow disk.img to KubeVirt's usable size for the claim: (1 - filesystemOverhead) x min(capacity, free + allocated), MiB-aligned; never shrinks")
 	f.BoolVar(&nc.MountEvents, "mount-events", nc.MountEvents, "repair a foreign change to a target as soon as the kernel reports it (fanotify mount events, Linux >= 6.15); off or unsupported, it is repaired at the next resync")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "how often every VMI is reconciled without an API change")
@@ -63,7 +63,7 @@ func newAgentCommand() *cobra.Command {
 	return cmd
 }
 
-func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags, stuckLimit time.Duration) error {
+func runAgent(cmd *cobra.Command, cfg agent.Config, nc engine.Config, api apiFlags, stuckLimit time.Duration) error {
 	if err := errors.Join(cfg.Validate(), nc.Validate(), api.validate()); err != nil {
 		return cli.UsageError{Err: err}
 	}
@@ -80,32 +80,32 @@ func runAgent(cmd *cobra.Command, cfg agent.Config, nc node.Config, api apiFlags
 	if cfg.EventClient, _, err = api.clients("hpmount/" + build().Version); err != nil {
 		return err
 	}
-	engine, err := node.New(nc)
+	eng, err := engine.New(nc)
 	if err != nil {
 		return fmt.Errorf("node engine: %w", err)
 	}
-	defer engine.Close()
-	if n, err := engine.SweepGrowthLeftovers(); err != nil || n > 0 {
+	defer eng.Close()
+	if n, err := eng.SweepGrowthLeftovers(); err != nil || n > 0 {
 		cfg.Logger.Warn("swept growth mounts an older hpmount left behind", "count", n, "error", fmt.Sprint(err))
 	}
-	m.StuckThreads(engine.StuckThreads)
+	m.StuckThreads(eng.StuckThreads)
 	cfg.Observer = m
 	cfg.QueueMetrics = m.WorkqueueProvider()
 	cfg.MetricsHandler = m.Handler()
-	cfg.ReadinessGate = engine.CheckPropagation
-	cfg.LivenessCheck = engine.Liveness(stuckLimit)
-	a, err := agent.New(cfg, kube, dyn, engine)
+	cfg.ReadinessGate = eng.CheckPropagation
+	cfg.LivenessCheck = eng.Liveness(stuckLimit)
+	a, err := agent.New(cfg, kube, dyn, eng)
 	if err != nil {
 		return err
 	}
-	logStart(cfg, nc, engine.Features())
+	logStart(cfg, nc, eng.Features())
 	return a.Run(cmd.Context())
 }
 
 // logStart is the agent's first line: what it is and the settings an
 // operator looks for first when its behaviour surprises. The agent's last
 // line says that it stopped and left the mounts in place.
-func logStart(cfg agent.Config, nc node.Config, f node.Features) {
+func logStart(cfg agent.Config, nc engine.Config, f engine.Features) {
 	b := build()
 	cfg.Logger.Info("hpmount agent starting", "version", b.Version, "revision", b.Revision, "go", b.GoVersion,
 		"node", cfg.NodeName, "kubeletRoot", nc.KubeletRoot, "cgroupMode", nc.CgroupMode, "cgroupRoot", nc.CgroupRoot,

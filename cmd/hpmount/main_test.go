@@ -16,7 +16,7 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/cli"
-	"github.com/hpmount/hpmount/node"
+	"github.com/hpmount/hpmount/engine"
 )
 
 // TestExitStatus: usage and flag errors exit 2, as grep's and diff's do; diag
@@ -116,8 +116,8 @@ func TestStartLine(t *testing.T) {
 	}
 	cfg := agent.DefaultConfig()
 	cfg.Logger, cfg.NodeName = logger, "node-a"
-	nc := node.DefaultConfig()
-	logStart(cfg, nc, node.Features{MountEvents: errors.ErrUnsupported})
+	nc := engine.DefaultConfig()
+	logStart(cfg, nc, engine.Features{MountEvents: errors.ErrUnsupported})
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 		t.Fatalf("start line %q: %v", buf.String(), err)

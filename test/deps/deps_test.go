@@ -30,18 +30,18 @@ var rules = []rule{
 	{[]string{"podcgroup"}, []string{"..."}, "podcgroup finds cgroups and processes; it knows nothing else of the project"},
 	{[]string{"mountinfo"}, []string{"..."}, "mountinfo parses the kernel's mount table; it imports nothing of the project"},
 	{[]string{"propagation"}, []string{"mount"}, "propagation reads mount tables through mountinfo, never through the mounting code"},
-	{[]string{"mount"}, []string{"kubelet", "kubevirt"}, "mount makes and reads the targets it is told of; the kubelet package names them, through node"},
-	{[]string{"grow"}, []string{"kubevirt", "hotplug"}, "grow grows the target it is told of; the volume's kind and the engine's contract are node's, which translates grow.Result"},
+	{[]string{"mount"}, []string{"kubelet", "kubevirt"}, "mount makes and reads the targets it is told of; the kubelet package names them, through the engine"},
+	{[]string{"grow"}, []string{"kubevirt", "hotplug"}, "grow grows the target it is told of; the volume's kind and the engine's contract are package engine's, which translates grow.Result"},
 	{[]string{"mount", "mountinfo", "mountwatch", "blockdev", "grow", "kubelet", "kubevirt", "outcome", "propagation", "isolation", "podcgroup"},
-		[]string{"agent", "diag", "metrics", "node", "cmd/..."}, "the node-side building blocks never reach up to the control loop, diag or metrics"},
+		[]string{"agent", "diag", "metrics", "engine", "cmd/..."}, "the node-side building blocks never reach up to the control loop, diag or metrics"},
 	{[]string{"mount", "mountwatch", "blockdev", "kubelet", "kubevirt", "outcome", "propagation", "hotplug", "agent", "metrics", "cli", "diag/storage"},
-		[]string{"grow"}, "growth is the engine's to run: only node imports grow, and diag for the words of what node.View measures (Result, SlackBytes)"},
+		[]string{"grow"}, "growth is the engine's to run: only package engine imports grow, and diag for the words of what engine.View measures (Result, SlackBytes)"},
 	{[]string{"kubelet"}, []string{"mount", "mountinfo", "blockdev", "kubevirt", "propagation"}, "kubelet knows paths, not what is done with them"},
 	{[]string{"kubevirt"}, []string{"mount", "blockdev", "propagation"}, "kubevirt judges objects; it never touches the node"},
-	{[]string{"diag"}, []string{"agent", "metrics"}, "diag judges the node through the engine's read-only node.View and shares the agent's rules through kubevirt, kubelet and hotplug, never through the controller"},
-	{[]string{"agent"}, []string{"mount", "mountinfo", "mountwatch", "blockdev", "node", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
-	{[]string{"node"}, []string{"agent", "diag", "metrics"}, "the engine implements the contract of package hotplug; it never imports the control loop"},
-	{[]string{"hotplug"}, []string{"agent", "node", "diag", "metrics", "mount", "mountinfo", "mountwatch", "blockdev", "propagation", "podcgroup"}, "hotplug is the contract's words and the kinds table: above kubevirt, kubelet and outcome only, below the engine and the agent"},
+	{[]string{"diag"}, []string{"agent", "metrics"}, "diag judges the node through the engine's read-only engine.View and shares the agent's rules through kubevirt, kubelet and hotplug, never through the controller"},
+	{[]string{"agent"}, []string{"mount", "mountinfo", "mountwatch", "blockdev", "engine", "diag", "propagation", "podcgroup"}, "the agent reaches the node only through its Engine"},
+	{[]string{"engine"}, []string{"agent", "diag", "metrics"}, "the engine implements the contract of package hotplug; it never imports the control loop"},
+	{[]string{"hotplug"}, []string{"agent", "engine", "diag", "metrics", "mount", "mountinfo", "mountwatch", "blockdev", "propagation", "podcgroup"}, "hotplug is the contract's words and the kinds table: above kubevirt, kubelet and outcome only, below the engine and the agent"},
 	{[]string{"..."}, []string{"cmd/..."}, "nothing imports a command"},
 }
 
@@ -116,7 +116,7 @@ func violations(g graph, rules []rule) []string {
 
 func TestDependencyRules(t *testing.T) {
 	g := loadGraph(t)
-	for _, want := range []string{"agent", "diag", "kubelet", "kubevirt", "node", "mount", "grow", "mountinfo", "blockdev", "isolation", "cmd/hpmount"} {
+	for _, want := range []string{"agent", "diag", "kubelet", "kubevirt", "engine", "mount", "grow", "mountinfo", "blockdev", "isolation", "cmd/hpmount"} {
 		if _, ok := g[want]; !ok {
 			t.Fatalf("go list did not report package %q; got %v", want, g)
 		}
@@ -146,12 +146,12 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"agent", "mount"},
 		{"agent", "blockdev"},
 		{"metrics", "cmd/hpmount"},
-		{"node", "agent"},
-		{"hotplug", "node"},
+		{"engine", "agent"},
+		{"hotplug", "engine"},
 		{"hotplug", "mount"},
 		{"grow", "kubevirt"},
 		{"grow", "hotplug"},
-		{"grow", "node"},
+		{"grow", "engine"},
 		{"mount", "grow"},
 		{"blockdev", "grow"},
 		{"agent", "grow"},
@@ -162,9 +162,9 @@ func TestRulesCatchViolations(t *testing.T) {
 			t.Errorf("%s → %s is not caught", tc.from, tc.dep)
 		}
 	}
-	if v := violations(graph{"agent": {"kubevirt", "kubelet", "outcome", "hotplug"}, "node": {"hotplug", "mount", "mountinfo", "blockdev", "grow"},
+	if v := violations(graph{"agent": {"kubevirt", "kubelet", "outcome", "hotplug"}, "engine": {"hotplug", "mount", "mountinfo", "blockdev", "grow"},
 		"hotplug": {"kubevirt", "kubelet", "outcome"}, "propagation": {"mountinfo"}, "grow": {"mount", "mountinfo", "blockdev", "kubelet", "isolation"},
-		"diag": {"node", "grow", "mount", "blockdev", "kubevirt", "hotplug"}}, rules); len(v) != 0 {
+		"diag": {"engine", "grow", "mount", "blockdev", "kubevirt", "hotplug"}}, rules); len(v) != 0 {
 		t.Errorf("allowed dependencies reported: %v", v)
 	}
 }

@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/hpmount/hpmount/engine"
 	"github.com/hpmount/hpmount/mount"
 	"github.com/hpmount/hpmount/mountinfo"
-	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/test/harness"
 	"github.com/hpmount/hpmount/test/simnode"
 )
@@ -426,7 +426,7 @@ func desiredThere(table *mountinfo.Table, v *vm, vol simnode.Volume) error {
 // volume's filesystem anywhere but a desired target and the kubelet's own
 // publish directories.
 func strayMounts(e *env, table *mountinfo.Table, vols []*stormVol, allowed map[string]bool) error {
-	private := filepath.Clean(node.DefaultConfig().PrivateDir) + "/"
+	private := filepath.Clean(engine.DefaultConfig().PrivateDir) + "/"
 	devs := map[string]string{}
 	for _, sv := range vols {
 		if !sv.vol.Block {

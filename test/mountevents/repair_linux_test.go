@@ -20,12 +20,12 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/engine"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
-	"github.com/hpmount/hpmount/node"
 )
 
 func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
@@ -76,7 +76,7 @@ func publish(t *testing.T) (string, string) {
 // waits for its first attach: behind the watcher with a resync of an
 // hour, or without it and with the resync given.
 func startAgent(t *testing.T, root string, obs *attempts, watch bool, resync time.Duration) {
-	eng, err := node.New(node.Config{Host: host, KubeletRoot: root,
+	eng, err := engine.New(engine.Config{Host: host, KubeletRoot: root,
 		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107,
 		MountEvents: watch})
 	must(t, err)

@@ -25,12 +25,12 @@ import (
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
 	"github.com/hpmount/hpmount/diag"
+	"github.com/hpmount/hpmount/engine"
 	"github.com/hpmount/hpmount/internal/testutil"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubelet"
 	"github.com/hpmount/hpmount/kubevirt"
 	kt "github.com/hpmount/hpmount/kubevirt/kubevirttest"
-	"github.com/hpmount/hpmount/node"
 )
 
 func TestMain(m *testing.M) { testutil.RunInPrivateMountNamespace(m) }
@@ -237,7 +237,7 @@ func (s *states) count() int {
 // volume.
 func runAgent(t *testing.T, w world, root string) (map[string]string, map[string]string) {
 	kube, dyn := clients(t, w)
-	eng, err := node.New(node.Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: root,
+	eng, err := engine.New(engine.Config{Host: isolation.Host{Proc: "/proc", PID: os.Getpid()}, KubeletRoot: root,
 		CgroupRoot: "/sys/fs/cgroup", CgroupMode: blockdev.CgroupAuto, SysRoot: "/sys", DevRoot: "/dev", UID: 107, GID: 107})
 	must(t, err)
 	defer eng.Close()

@@ -272,7 +272,7 @@ func (f *runcFixture) ensureNode(t *testing.T) {
 }
 
 // resync does what the engine's periodic resync does for a block node
-// whose volume the attachment pod no longer publishes (node.Engine's
+// whose volume the attachment pod no longer publishes (engine.Engine's
 // keepBlock): confirm the node still names the disk it was made for, and
 // grant the rule again when it is not in effect. It reports whether it
 // granted.

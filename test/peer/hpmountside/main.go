@@ -3,7 +3,7 @@
 
 // Command hpmountside is hpmount's half of the KubeVirt peer test
 // (test/peer/kubevirt): it attaches (or grows) the volumes it reads as JSON
-// on stdin with the real node engine (node.New, Snapshot, then Attach or
+// on stdin with the real node engine (engine.New, Snapshot, then Attach or
 // Grow; op sync and op watch as described on Request), as the agent would,
 // and prints each outcome as JSON. It is a program of the root
 // module because the peer module cannot link the node engine: KubeVirt
@@ -26,9 +26,9 @@ import (
 
 	"github.com/hpmount/hpmount/agent"
 	"github.com/hpmount/hpmount/blockdev"
+	"github.com/hpmount/hpmount/engine"
 	"github.com/hpmount/hpmount/isolation"
 	"github.com/hpmount/hpmount/kubevirt"
-	"github.com/hpmount/hpmount/node"
 	"github.com/hpmount/hpmount/outcome"
 )
 
@@ -75,7 +75,7 @@ type Request struct {
 	// left to virt-handler.
 	PodsGone []types.UID `json:"podsGone"`
 	// StuckAtOnce takes a record naming a gone target for stuck at the
-	// first read (node.Config.HandlerStuckAfter 0): each hpmountside is
+	// first read (engine.Config.HandlerStuckAfter 0): each hpmountside is
 	// a new process, which remembers no earlier read.
 	StuckAtOnce bool `json:"stuckAtOnce"`
 }
@@ -110,7 +110,7 @@ func run() error {
 	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
 		return fmt.Errorf("read request: %w", err)
 	}
-	cfg := node.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	// The peer node's PID 1 is the test itself, in the node's namespace.
 	cfg.Host = isolation.Host{Proc: "/proc", PID: 1}
 	cfg.KubeletRoot, cfg.CgroupRoot, cfg.CgroupMode = req.KubeletRoot, req.CgroupRoot, req.CgroupMode
@@ -121,7 +121,7 @@ func run() error {
 	if req.StuckAtOnce {
 		cfg.HandlerStuckAfter = 0
 	}
-	e, err := node.New(cfg)
+	e, err := engine.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func run() error {
 // as the agent's pass planned on such a report does. It returns each
 // verify whose outcome was not "unchanged" (a lost rule allowed again is
 // "created"), with the time it ended.
-func watch(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume) ([]Result, error) {
+func watch(ctx context.Context, e *engine.Engine, snap agent.Snapshot, vols []agent.DesiredVolume) ([]Result, error) {
 	var out []Result
 	for _, v := range vols {
 		if _, err := e.Attach(ctx, snap, v); err != nil && v.Mode == kubevirt.Block {
@@ -242,7 +242,7 @@ func watch(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agen
 // allowed reports, for each query, whether hpmount's own rule lets the
 // container open the device (blockdev.DeviceRules.Allowed): on cgroup v2
 // a device another writer's program allows is not hpmount's rule.
-func allowed(cfg node.Config, qs []RuleQuery) ([]bool, error) {
+func allowed(cfg engine.Config, qs []RuleQuery) ([]bool, error) {
 	rules, err := blockdev.NewDeviceRules(cfg.CgroupMode, cfg.CgroupRoot)
 	if err != nil {
 		return nil, err
@@ -259,7 +259,7 @@ func allowed(cfg node.Config, qs []RuleQuery) ([]bool, error) {
 }
 
 // detach detaches what the engine observes of vols in their launchers.
-func detach(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []agent.DesiredVolume) ([]Result, error) {
+func detach(ctx context.Context, e *engine.Engine, snap agent.Snapshot, vols []agent.DesiredVolume) ([]Result, error) {
 	var out []Result
 	for _, v := range vols {
 		observed, err := e.Observe(ctx, snap, v.LauncherUID)
@@ -287,7 +287,7 @@ func detach(ctx context.Context, e *node.Engine, snap agent.Snapshot, vols []age
 // healthy one is left alone), then detaches every observed volume that is
 // not desired and not virt-handler's to remove. The detach pass takes a
 // fresh snapshot, as the agent's next pass would.
-func syncAll(ctx context.Context, e *node.Engine, snap agent.Snapshot, req Request, pause func() error) ([]Result, error) {
+func syncAll(ctx context.Context, e *engine.Engine, snap agent.Snapshot, req Request, pause func() error) ([]Result, error) {
 	vols, launchers := req.Volumes, req.Launchers
 	var out []Result
 	want := map[types.UID]map[string]bool{}

@@ -54,7 +54,7 @@ type coNode struct {
 	// empty); podsGone those whose pod is deleted too.
 	gone, podsGone []types.UID
 	// stuckAtOnce has hpmount take a record naming a gone target for
-	// stuck at once, not after node.Config.HandlerStuckAfter.
+	// stuck at once, not after engine.Config.HandlerStuckAfter.
 	stuckAtOnce bool
 	// kvLog collects KubeVirt's log; hpErrs hpmount's errors.
 	kvLog  *lockedBuffer

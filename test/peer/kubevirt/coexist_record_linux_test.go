@@ -52,7 +52,7 @@ func (n *coNode) kvRecord(t *testing.T) string {
 //   - stuck: the record also names a target that is gone (virt-handler
 //     bound it, then someone removed it, as kubevirt#16532's duplicate
 //     entries do): virt-handler's Unmount fails at every sync whatever
-//     hpmount does, so once the record stayed so (node.Config.
+//     hpmount does, so once the record stayed so (engine.Config.
 //     HandlerStuckAfter) nothing is left to it and hpmount removes ext
 //     and blk itself.
 func TestCoexistenceUnplugRecordedTarget(t *testing.T) {
