@@ -73,18 +73,21 @@ type kvHandler struct {
 	// selector (this node as the VMI's node, or as its migration's
 	// target).
 	vmis, targets vmiFeed
-	domains       cache.SharedIndexInformer
-	domSrc        *framework.FakeControllerSource
-	client        kubevirtclient.Interface
-	recorder      *record.FakeRecorder
-	launcher      *fakeLauncher
-	target        *virthandler.MigrationTargetController
-	source        *virthandler.MigrationSourceController
+	// all is virt-handler's informer of every VMI, where the VM
+	// controller looks for a VMI its own informer no longer has.
+	all      vmiFeed
+	domains  cache.SharedIndexInformer
+	domSrc   *framework.FakeControllerSource
+	client   kubevirtclient.Interface
+	recorder *record.FakeRecorder
+	launcher *fakeLauncher
+	target   *virthandler.MigrationTargetController
+	source   *virthandler.MigrationSourceController
 }
 
 // vmiFeed is one of virt-handler's VMI informers. On the fake API server
 // the test feeds it (src); on a real one it watches the VMIs whose label
-// names this node (label).
+// names this node (label), or every VMI (no label).
 type vmiFeed struct {
 	cache.SharedIndexInformer
 	src   *framework.FakeControllerSource
@@ -93,7 +96,7 @@ type vmiFeed struct {
 
 // selects tells whether the feed's informer watches vmi.
 func (f vmiFeed) selects(vmi *v1.VirtualMachineInstance) bool {
-	return f.src != nil || vmi.Labels[f.label] == nodeName
+	return f.src != nil || f.label == "" || vmi.Labels[f.label] == nodeName
 }
 
 // vmControllerDeps are NewVirtualMachineController's arguments that do
@@ -104,6 +107,7 @@ type vmControllerDeps struct {
 	privateDir     string
 	launchers      launcherclients.LauncherClientsManager
 	vmis           cache.SharedIndexInformer
+	all            cache.Store
 	domains        cache.SharedIndexInformer
 	config         *virtconfig.ClusterConfig
 	isolation      isolation.PodIsolationDetector
@@ -122,7 +126,7 @@ func newKVHandler(t *testing.T, n *coNode) *kvHandler {
 	h := &kvHandler{n: n, client: fake}
 	inf, src := testutils.NewFakeInformerFor(&v1.VirtualMachineInstance{})
 	h.vmis = vmiFeed{SharedIndexInformer: inf, src: src}
-	h.targets = h.vmis
+	h.targets, h.all = h.vmis, h.vmis
 	virtClient := kubecli.NewMockKubevirtClient(gomock.NewController(t))
 	virtClient.EXPECT().CoreV1().Return(k8sfake.NewSimpleClientset().CoreV1()).AnyTimes()
 	virtClient.EXPECT().VirtualMachineInstance(gomock.Any()).DoAndReturn(func(ns string) kubecli.VirtualMachineInstanceInterface {
@@ -143,6 +147,7 @@ func newKVHandlerOn(t *testing.T, n *coNode, cfg *rest.Config) *kvHandler {
 	f := controller.NewKubeInformerFactory(virtClient.RestClient(), virtClient, nil, "kubevirt")
 	h.vmis = vmiFeed{SharedIndexInformer: f.VMISourceHost(nodeName), label: v1.NodeNameLabel}
 	h.targets = vmiFeed{SharedIndexInformer: f.VMITargetHost(nodeName), label: v1.MigrationTargetNodeNameLabel}
+	h.all = vmiFeed{SharedIndexInformer: f.VMI()}
 	h.wire(t, virtClient)
 	return h
 }
@@ -182,7 +187,7 @@ func (h *kvHandler) wire(t *testing.T, virtClient kubecli.KubevirtClient) {
 		ClientInfo: &virtcache.LauncherClientInfo{Client: client, Ready: true}}
 	deps := func(vmis cache.SharedIndexInformer) vmControllerDeps {
 		return vmControllerDeps{recorder: h.recorder, client: virtClient, privateDir: private,
-			launchers: clients, vmis: vmis, domains: h.domains, config: config,
+			launchers: clients, vmis: vmis, all: h.all.GetStore(), domains: h.domains, config: config,
 			isolation: isolation.NewSocketBasedIsolationDetector(), migrationProxy: &noMigrationProxy{}}
 	}
 	var err error
@@ -196,7 +201,7 @@ func (h *kvHandler) wire(t *testing.T, virtClient kubecli.KubevirtClient) {
 	t.Cleanup(func() { close(stop) })
 	go h.domains.Run(stop)
 	synced := []cache.InformerSynced{h.domains.HasSynced}
-	for _, f := range []vmiFeed{h.vmis, h.targets} {
+	for _, f := range []vmiFeed{h.vmis, h.targets, h.all} {
 		go f.Run(stop)
 		synced = append(synced, f.HasSynced)
 		if f.src != nil {
@@ -338,7 +343,9 @@ func (h *kvHandler) touch(t *testing.T, feed vmiFeed) {
 		}
 		vmi.Annotations[touchAnnotation] = strconv.Itoa(n + 1)
 	})
-	h.catchUp(t, feed, h.get(t))
+	vmi = h.get(t)
+	h.catchUp(t, feed, vmi)
+	h.catchUp(t, h.all, vmi)
 }
 
 // touchAnnotation is the annotation touch counts up.

@@ -438,10 +438,12 @@ func (r *twoNodeRun) run() {
 
 	// Node A's virt-handler cleans up after the VMI that left its
 	// informer, and the kubelet removes the source launcher's pod. The
-	// cleanup has only the VMI's key and UID, no active pods to find the
-	// launcher's cgroup by, so it cannot deny a Block volume's device:
+	// VMI's active pods are node B's by then, so the cleanup finds no
+	// launcher cgroup on node A to deny a Block volume's device in:
 	// KubeVirt's own warning, whoever bound the volume.
-	if res := a.step(t, "vm"); res != "" {
+	res := a.step(t, "vm")
+	t.Logf("migrated away: node A's virt-handler cleaned up: %q", res)
+	if res != "" {
 		cleanupWarnings(t, errors.New(res))
 	}
 	r.ok(a, "exit")

@@ -35,7 +35,7 @@ func newCgroupManager(vmi *v1.VirtualMachineInstance) (cgroup.Manager, error) {
 // hotplug's dependencies real and the rest stubbed (handler_linux_test.go).
 func newVMController(d vmControllerDeps) (*virthandler.VirtualMachineController, error) {
 	return virthandler.NewVirtualMachineController(d.recorder, d.client, nodeName, d.privateDir, podsDir, d.launchers,
-		d.vmis, d.vmis.GetStore(), d.domains, 10, d.config, d.isolation, d.migrationProxy,
+		d.vmis, d.all, d.domains, 10, d.config, d.isolation, d.migrationProxy,
 		noDownwardMetrics{}, nil, "", noNetConf{}, noNetStat{})
 }
 

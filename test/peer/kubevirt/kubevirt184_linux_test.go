@@ -40,7 +40,7 @@ func newCgroupManager(vmi *v1.VirtualMachineInstance) (cgroup.Manager, error) {
 func newVMController(d vmControllerDeps) (*virthandler.VirtualMachineController, error) {
 	nodes := cache.NewStore(cache.MetaNamespaceKeyFunc)
 	return virthandler.NewVirtualMachineController(d.recorder, d.client, nodes, nodeName, d.privateDir, podsDir, d.launchers,
-		d.vmis, d.vmis.GetStore(), d.domains, 10, d.config, d.isolation, d.migrationProxy,
+		d.vmis, d.all, d.domains, 10, d.config, d.isolation, d.migrationProxy,
 		noDownwardMetrics{}, nil, "", noNetConf{}, noNetStat{}, nil)
 }
 
