@@ -382,34 +382,46 @@ type twoNodeRun struct {
 	vols []peerVolume
 }
 
+// run is the case: the VM on node A, a failed migration to node B, a
+// second one that succeeds, and node A's cleanup.
 func (r *twoNodeRun) run() {
-	t, a := r.t, r.a
 	r.vols = r.c.volumes()
-	srcLauncher := a.n.launcher
-	// The VM runs on node A, its volumes hotplugged; virt-handler binds
-	// them first there.
-	r.ok(a, "create")
-	for range 3 {
-		r.ok(a, "vm")
-	}
-	r.hpmount(a, "hotplug", "")
-	r.opens(a, "hotplug")
+	src := r.a.n.launcher
+	r.boot()
+	l1 := r.failedMigration(src)
+	r.secondMigration(src, l1)
+	r.cleanUpA(src)
+}
 
-	// The first migration to node B fails.
+// boot has the VM run on node A with its volumes hotplugged, bound by
+// virt-handler first.
+func (r *twoNodeRun) boot() {
+	r.ok(r.a, "create")
+	for range 3 {
+		r.ok(r.a, "vm")
+	}
+	r.hpmount(r.a, "hotplug", "")
+	r.opens(r.a, "hotplug")
+}
+
+// failedMigration migrates the VM from launcher src to node B, where the
+// migration fails, and returns the failed target's launcher.
+func (r *twoNodeRun) failedMigration(src types.UID) types.UID {
+	t, a, b := r.t, r.a, r.b
 	l1, a1 := r.podOnB("launcher"), r.podOnB("attach")
-	a.h.update(t, func(vmi *v1.VirtualMachineInstance) { migrateToB(vmi, "mig1", srcLauncher, l1, a1) })
+	a.h.update(t, func(vmi *v1.VirtualMachineInstance) { migrateToB(vmi, "mig1", src, l1, a1) })
 	r.prepare("first migration", r.c.First)
 	r.ok(a, "source")
 	r.ok(a, "vm")
 	a.h.update(t, failMigration)
-	r.ok(r.b, "target")
-	r.ok(r.b, "exit")
+	r.ok(b, "target")
+	r.ok(b, "exit")
 	want := "detach removed"
 	if r.c.Left {
 		want = "detach " + string(outcome.LeftToHandler)
 	}
-	r.hpmount(r.b, "failed migration", want)
-	held := r.b.step(t, "teardown", string(l1))
+	r.hpmount(b, "failed migration", want)
+	held := b.step(t, "teardown", string(l1))
 	t.Logf("the kubelet's teardown of the failed target's pod: %q", held)
 	if (held != "") != r.c.Held {
 		t.Errorf("the failed target's pod held by a bind: %q, want held %v", held, r.c.Held)
@@ -417,30 +429,39 @@ func (r *twoNodeRun) run() {
 	r.ok(a, "source")
 	r.ok(a, "vm")
 	r.opens(a, "failed migration")
+	return l1
+}
 
-	// The second migration to node B succeeds.
-	l2, a2 := types.UID(string(l1)+"-2"), types.UID(string(a1)+"-2")
-	r.ok(r.b, "launch", string(l2), string(a2))
-	a.h.update(t, func(vmi *v1.VirtualMachineInstance) { migrateToB(vmi, "mig2", srcLauncher, l2, a2) })
+// secondMigration migrates the VM from launcher src to a new launcher on
+// node B, which succeeds; where a bind held the failed target l1's pod,
+// the kubelet's retry then removes it.
+func (r *twoNodeRun) secondMigration(src, l1 types.UID) {
+	t, a, b := r.t, r.a, r.b
+	l2, a2 := types.UID(string(l1)+"-2"), r.podOnB("attach")+"-2"
+	r.ok(b, "launch", string(l2), string(a2))
+	a.h.update(t, func(vmi *v1.VirtualMachineInstance) { migrateToB(vmi, "mig2", src, l2, a2) })
 	r.prepare("second migration", "hpmount")
 	r.ok(a, "source")
 	r.ok(a, "migrated")
 	a.h.update(t, func(vmi *v1.VirtualMachineInstance) { completeOnB(vmi, l2, a2) })
-	r.ok(r.b, "domain")
-	r.ok(r.b, "target")
-	r.ok(r.b, "vm")
-	r.ok(r.b, "vm")
-	r.opens(r.b, "second migration done")
+	r.ok(b, "domain")
+	r.ok(b, "target")
+	r.ok(b, "vm")
+	r.ok(b, "vm")
+	r.opens(b, "second migration done")
 	if r.c.Held {
-		r.hpmount(r.b, "second migration done", "")
-		r.ok(r.b, "teardown", string(l1))
+		r.hpmount(b, "second migration done", "")
+		r.ok(b, "teardown", string(l1))
 	}
+}
 
-	// Node A's virt-handler cleans up after the VMI that left its
-	// informer, and the kubelet removes the source launcher's pod. The
-	// VMI's active pods are node B's by then, so the cleanup finds no
-	// launcher cgroup on node A to deny a Block volume's device in:
-	// KubeVirt's own warning, whoever bound the volume.
+// cleanUpA has node A's virt-handler clean up after the VMI that left its
+// informer, and the kubelet remove the source launcher src's pod. The
+// VMI's active pods are node B's by then, so the cleanup finds no launcher
+// cgroup on node A to deny a Block volume's device in: KubeVirt's own
+// warning, whoever bound the volume.
+func (r *twoNodeRun) cleanUpA(src types.UID) {
+	t, a := r.t, r.a
 	res := a.step(t, "vm")
 	t.Logf("migrated away: node A's virt-handler cleaned up: %q", res)
 	if res != "" {
@@ -448,8 +469,8 @@ func (r *twoNodeRun) run() {
 	}
 	r.ok(a, "exit")
 	r.hpmount(a, "migrated away", "")
-	targetsLeft(t, "migrated away", srcLauncher, r.vols, false)
-	r.ok(a, "teardown", string(srcLauncher))
+	targetsLeft(t, "migrated away", src, r.vols, false)
+	r.ok(a, "teardown", string(src))
 }
 
 // podOnB is the UID of node B's first pod of kind ("launcher", "attach").
