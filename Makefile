@@ -11,12 +11,22 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TOOLS_DIR ?= $(HOME)/.cache/hpmount/bin
 export HPMOUNT_TOOLS_DIR := $(TOOLS_DIR)
 
+# One flavour of build for everything make compiles of this module, and
+# for the builds its tests run: static, as the image needs, and -trimpath,
+# as the release is. go vet, go test, make build, the binaries the tests
+# build and the release's linux/amd64 (darwin/amd64 with vet's) then use
+# the same build cache entries. With three flavours, a cold machine
+# compiled client-go and everything under it three times for linux.
+# test/tools/build.sh builds the upstream tools as before, without them.
+export CGO_ENABLED := 0
+export GOFLAGS := -trimpath
+
 .PHONY: all build deps tools test unit vet bench bench-node demo fuzz fuzz-quick peer-test peer-soak chart chart-package release node-up node-down clean
 
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hpmount ./cmd/hpmount
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/hpmount ./cmd/hpmount
 
 deps:
 	@bash .ci/install-deps.sh
@@ -51,8 +61,8 @@ test: deps tools vet build
 PEER_KUBEVIRT = "" "-modfile=go.kv184.mod -tags=kubevirt184"
 peer-test: tools
 	cd test/peer/kubevirt && for v in $(PEER_KUBEVIRT); do \
-	  CGO_ENABLED=0 $(GO) vet $$v ./... && \
-	  HPMOUNT_REQUIRE_ROOT=1 CGO_ENABLED=0 $(GO) test $$v -count=1 -p 1 -timeout 20m ./... || exit 1; \
+	  $(GO) vet $$v ./... && \
+	  HPMOUNT_REQUIRE_ROOT=1 $(GO) test $$v -count=1 -p 1 -timeout 20m ./... || exit 1; \
 	done
 
 # The coexistence matrix PEER_RUNS times, each run its own process, with
@@ -65,7 +75,7 @@ peer-test: tools
 # minutes. It stops at the first failing run and keeps its log.
 PEER_RUNS ?= 40
 peer-soak:
-	cd test/peer/kubevirt && CGO_ENABLED=0 $(GO) test -c -o $(CURDIR)/bin/peer.test . && \
+	cd test/peer/kubevirt && $(GO) test -c -o $(CURDIR)/bin/peer.test . && \
 	  for i in $$(seq $(PEER_RUNS)); do \
 	    HPMOUNT_REQUIRE_ROOT=1 HPMOUNT_PEER_CONCURRENT=1 $(CURDIR)/bin/peer.test -test.count=1 -test.run '^TestCoexistenceMatrix$$' \
 	      > $(CURDIR)/bin/peer-soak.log 2>&1 || { echo "run $$i of $(PEER_RUNS) failed: bin/peer-soak.log"; exit 1; }; \

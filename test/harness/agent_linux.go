@@ -5,7 +5,6 @@ package harness
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -277,18 +276,4 @@ func Binary() (string, error) {
 		}
 	})
 	return built, buildErr
-}
-
-// RepoRoot finds the repository from the working directory up.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-	}
-	return "", errors.New("no go.mod above " + dir)
 }

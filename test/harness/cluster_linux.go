@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hpmount/hpmount/test/cluster"
+	"github.com/hpmount/hpmount/test/repo"
 	"github.com/hpmount/hpmount/test/simnode"
 )
 
@@ -32,7 +33,7 @@ const (
 // each object applied.
 func AgentKubeconfig(ctx context.Context, c *cluster.Cluster, ctrl *simnode.Controller, rbac, path string) ([]string, error) {
 	if rbac == "" {
-		root, err := RepoRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +73,7 @@ const VolumeStatusRBAC = "deploy/volume-status/rbac.yaml"
 // the volume-status component does next to the base, for an agent run with
 // --report-volume-status. It returns the kind/name of each object applied.
 func GrantVolumeStatus(ctx context.Context, c *cluster.Cluster) ([]string, error) {
-	root, err := RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}

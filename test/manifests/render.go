@@ -5,22 +5,17 @@ package manifests
 
 import (
 	"fmt"
-	"path/filepath"
-	"runtime"
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/hpmount/hpmount/test/repo"
 )
 
 // DeployDir is the absolute path of the repository's deploy/ folder, found
-// from this source file so that tests of any package can use it.
-func DeployDir() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("locate deploy dir: no caller information")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "deploy"), nil
-}
+// from the working directory (package repo) so that tests of any package,
+// and the tools make runs from the top, can use it.
+func DeployDir() (string, error) { return repo.Dir("deploy") }
 
 // Render builds the kustomization in dir (e.g. deploy/ or
 // deploy/monitoring/) with kustomize's default options and returns the

@@ -23,6 +23,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 
 	"github.com/hpmount/hpmount/test/manifests"
+	"github.com/hpmount/hpmount/test/repo"
 )
 
 const testCommit = "0123456789abcdef0123456789abcdef01234567"
@@ -32,12 +33,9 @@ var testDate = time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC)
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	dir, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
-		t.Fatalf("repository root: %v", err)
 	}
 	return dir
 }

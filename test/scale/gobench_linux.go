@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hpmount/hpmount/test/harness"
+	"github.com/hpmount/hpmount/test/repo"
 )
 
 // benchCount is how often each Go benchmark runs: median and p99 (the
@@ -50,7 +50,7 @@ func goBenchmarks() (string, error) {
 		args := []string{"test", "-run", "^$", "-bench", p.pattern, "-benchmem", "-count", strconv.Itoa(benchCount), p.pkg}
 		cmds = append(cmds, "go "+strings.Join(args, " "))
 		cmd := exec.Command("go", args...)
-		if cmd.Dir, err = harness.RepoRoot(); err != nil {
+		if cmd.Dir, err = repo.Root(); err != nil {
 			return "", err
 		}
 		cmd.Env = append(os.Environ(), "HPMOUNT_REQUIRE_ROOT=1")

@@ -67,7 +67,10 @@ for tool in "${tools[@]}"; do
 	fi
 	start=$SECONDS
 	# Build next to the target and rename, so a reader never sees half a binary.
-	(cd "$src" && GOWORK=off go build -ldflags "$flags" -o "$bin.tmp.$$" .)
+	# Without the Makefile's CGO_ENABLED and GOFLAGS (the flavour of this
+	# module's builds): the stamp does not record them, so a cached tool and
+	# a fresh one must come from the same build.
+	(cd "$src" && env -u CGO_ENABLED -u GOFLAGS GOWORK=off go build -ldflags "$flags" -o "$bin.tmp.$$" .)
 	mv -f "$bin.tmp.$$" "$bin"
 	echo "$want" >"$bin.stamp"
 	echo "tools: $tool built in $((SECONDS - start))s"
