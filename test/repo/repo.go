@@ -50,8 +50,8 @@ func rootFrom(dir string) (string, error) {
 func modulePath(gomod []byte) string {
 	sc := bufio.NewScanner(bytes.NewReader(gomod))
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
-			return strings.Trim(strings.TrimSpace(rest), `"`)
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
 		}
 	}
 	return ""
